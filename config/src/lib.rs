@@ -1,0 +1,203 @@
+//! lakesink's configuration: TOML with kebab-case keys, unknown keys rejected,
+//! and `LAKESINK__SECTION__KEY` environment overrides applied before validation.
+//!
+//! This is the only crate that reads the process environment.
+
+mod overrides;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+
+pub use overrides::ENV_PREFIX;
+
+/// The whole configuration of one lakesink process.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct Config {
+    pub kafka: KafkaConfig,
+}
+
+/// Where records come from: one consumer group over a topic list or a regex.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct KafkaConfig {
+    /// `bootstrap.servers`, comma separated.
+    pub brokers: String,
+    #[serde(default = "default_group_id")]
+    pub group_id: String,
+    /// Topics to read. Exactly one of `topics` and `topics-regex` is set.
+    #[serde(default)]
+    pub topics: Vec<String>,
+    /// A regex over topic names, as Kafka Connect's `topics.regex`.
+    pub topics_regex: Option<String>,
+    /// Extra librdkafka properties (`"security.protocol" = "SSL"`), passed through as is.
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+}
+
+fn default_group_id() -> String {
+    "lakesink".to_owned()
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("config {origin}: {message}")]
+    Parse { origin: String, message: String },
+    #[error("environment override {var}: {message}")]
+    Env { var: String, message: String },
+    #[error("config field `{field}`: {reason}")]
+    Invalid { field: &'static str, reason: String },
+}
+
+impl Config {
+    /// Reads `path`, applies `LAKESINK__…` overrides from the process environment, validates.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        Self::load_with_env(path, std::env::vars())
+    }
+
+    /// As [`Config::load`], with the environment given explicitly.
+    pub fn load_with_env(
+        path: &Path,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::from_toml(&text, &path.display().to_string(), env)
+    }
+
+    /// Parses TOML text; `origin` names it in errors.
+    pub fn from_toml(
+        text: &str,
+        origin: &str,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let mut doc: toml::Table = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            origin: origin.to_owned(),
+            message: e.to_string(),
+        })?;
+        overrides::apply(&mut doc, env)?;
+        let config: Config = doc
+            .try_into()
+            .map_err(|e: toml::de::Error| ConfigError::Parse {
+                origin: origin.to_owned(),
+                message: e.to_string(),
+            })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let k = &self.kafka;
+        if k.brokers.trim().is_empty() {
+            return Err(ConfigError::Invalid {
+                field: "kafka.brokers",
+                reason: "must name at least one broker (host:port)".into(),
+            });
+        }
+        if k.group_id.trim().is_empty() {
+            return Err(ConfigError::Invalid {
+                field: "kafka.group-id",
+                reason: "must not be empty".into(),
+            });
+        }
+        match (k.topics.is_empty(), &k.topics_regex) {
+            (true, None) => Err(ConfigError::Invalid {
+                field: "kafka.topics",
+                reason: "set `topics` or `topics-regex`".into(),
+            }),
+            (false, Some(_)) => Err(ConfigError::Invalid {
+                field: "kafka.topics-regex",
+                reason: "set `topics` or `topics-regex`, not both".into(),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = r#"
+        [kafka]
+        brokers = "127.0.0.1:9092"
+        topics-regex = "^demo\\..*"
+    "#;
+
+    fn parse(text: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+        Config::from_toml(text, "test.toml", env)
+    }
+
+    #[test]
+    fn defaults_apply() {
+        let c = parse(BASE, &[]).expect("valid");
+        assert_eq!(c.kafka.group_id, "lakesink");
+        assert_eq!(c.kafka.topics_regex.as_deref(), Some("^demo\\..*"));
+        assert!(c.kafka.properties.is_empty());
+    }
+
+    #[test]
+    fn unknown_key_is_rejected_by_name() {
+        let err = parse(&format!("{BASE}\nbrokerz = 1\n"), &[]).unwrap_err();
+        assert!(err.to_string().contains("brokerz"), "{err}");
+    }
+
+    #[test]
+    fn env_overrides_win_and_are_typed() {
+        let c = parse(
+            BASE,
+            &[
+                ("LAKESINK__KAFKA__BROKERS", "10.0.0.1:9092"),
+                ("LAKESINK__KAFKA__GROUP_ID", "g2"),
+                ("LAKESINK__KAFKA__PROPERTIES__SECURITY.PROTOCOL", "SSL"),
+                ("UNRELATED", "x"),
+            ],
+        )
+        .expect("valid");
+        assert_eq!(c.kafka.brokers, "10.0.0.1:9092");
+        assert_eq!(c.kafka.group_id, "g2");
+        assert_eq!(c.kafka.properties["security.protocol"], "SSL");
+    }
+
+    #[test]
+    fn env_override_of_unknown_key_names_the_variable() {
+        let err = parse(BASE, &[("LAKESINK__KAFKA__NOPE", "1")]).unwrap_err();
+        assert!(err.to_string().contains("nope"), "{err}");
+    }
+
+    #[test]
+    fn topics_and_regex_are_exclusive() {
+        let err = parse(&format!("{BASE}topics = [\"a\"]\n"), &[]).unwrap_err();
+        assert!(matches!(
+            err,
+            ConfigError::Invalid {
+                field: "kafka.topics-regex",
+                ..
+            }
+        ));
+        let err = parse("[kafka]\nbrokers = \"b:1\"\n", &[]).unwrap_err();
+        assert!(matches!(
+            err,
+            ConfigError::Invalid {
+                field: "kafka.topics",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn bad_toml_names_the_origin() {
+        let err = parse("[kafka", &[]).unwrap_err();
+        assert!(err.to_string().starts_with("config test.toml:"), "{err}");
+    }
+}

@@ -1,0 +1,46 @@
+//! The `lakesink` binary.
+
+mod tail;
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use lakesink_config::Config;
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "Debezium topics to Parquet on S3 and a PostgreSQL replica"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Consume the configured topics and print one line per record (the sinks come later).
+    Run {
+        /// The TOML config file.
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Run { config } => {
+            let config =
+                Config::load(&config).with_context(|| format!("loading {}", config.display()))?;
+            tail::run(&config.kafka).await
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! The first pipeline: one consumer group over the configured topics, printing one line per
+//! record. Offsets are stored only after a record is printed (the only "sink" so far), and
+//! committed on shutdown, so a restart resumes after the last printed record.
+
+use anyhow::Context;
+use lakesink_config::KafkaConfig;
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{BorrowedMessage, Headers};
+use rdkafka::{ClientConfig, Message};
+use tokio::signal::unix::{SignalKind, signal};
+use tracing::info;
+
+pub(crate) async fn run(config: &KafkaConfig) -> anyhow::Result<()> {
+    let consumer = consumer(config)?;
+    let subscription = match &config.topics_regex {
+        // librdkafka treats a topic starting with `^` as a regex.
+        Some(regex) if regex.starts_with('^') => vec![regex.clone()],
+        Some(regex) => vec![format!("^{regex}")],
+        None => config.topics.clone(),
+    };
+    let topics: Vec<&str> = subscription.iter().map(String::as_str).collect();
+    consumer
+        .subscribe(&topics)
+        .with_context(|| format!("subscribing to {topics:?}"))?;
+    info!(brokers = %config.brokers, group = %config.group_id, ?topics, "consuming");
+
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break,
+            _ = term.recv() => break,
+            msg = consumer.recv() => {
+                let msg = msg.context("consuming")?;
+                println!("{}", describe(&msg));
+                consumer.store_offset_from_message(&msg).with_context(|| {
+                    format!("storing offset {} of {}[{}]", msg.offset(), msg.topic(), msg.partition())
+                })?;
+            }
+        }
+    }
+    match consumer.commit_consumer_state(CommitMode::Sync) {
+        Ok(()) => info!("offsets committed, stopping"),
+        // Nothing consumed since start: nothing to commit.
+        Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => info!("stopping"),
+        Err(e) => return Err(e).context("committing offsets on shutdown"),
+    }
+    Ok(())
+}
+
+fn consumer(config: &KafkaConfig) -> anyhow::Result<StreamConsumer> {
+    let mut cc = ClientConfig::new();
+    cc.set("bootstrap.servers", &config.brokers)
+        .set("group.id", &config.group_id)
+        .set("enable.auto.commit", "true")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("partition.assignment.strategy", "cooperative-sticky");
+    for (k, v) in &config.properties {
+        cc.set(k, v);
+    }
+    cc.create().context("creating the Kafka consumer")
+}
+
+fn describe(msg: &BorrowedMessage<'_>) -> String {
+    let size = |p: Option<&[u8]>| p.map_or("null".to_owned(), |b| format!("{}B", b.len()));
+    let headers = msg.headers().map_or_else(String::new, |hs| {
+        hs.iter().map(|h| h.key).collect::<Vec<_>>().join(",")
+    });
+    format!(
+        "{}[{}]@{} ts={:?} key={} value={} headers=[{}]",
+        msg.topic(),
+        msg.partition(),
+        msg.offset(),
+        msg.timestamp().to_millis(),
+        size(msg.key()),
+        size(msg.payload()),
+        headers,
+    )
+}

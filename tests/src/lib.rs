@@ -1,0 +1,80 @@
+//! Support for the integration tests: where the stack is, and unique names.
+//!
+//! Endpoints come from the variables `dev/stack env` prints, with the same loopback defaults,
+//! so `cargo test` works after `dev/stack up` without sourcing anything.
+
+use std::time::Duration;
+
+/// The endpoints of the local stack.
+#[derive(Debug, Clone)]
+pub struct Stack {
+    pub kafka_brokers: String,
+    pub registry_url: String,
+    pub connect_url: String,
+    pub s3_endpoint: String,
+    pub s3_bucket: String,
+    pub s3_region: String,
+    pub s3_access_key_id: String,
+    pub s3_secret_access_key: String,
+    pub source_pg_url: String,
+    pub replica_pg_url: String,
+}
+
+fn var(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_owned())
+}
+
+impl Stack {
+    pub fn from_env() -> Self {
+        Self {
+            kafka_brokers: var("LAKESINK_KAFKA_BROKERS", "127.0.0.1:9092"),
+            registry_url: var("LAKESINK_REGISTRY_URL", "http://127.0.0.1:8080"),
+            connect_url: var("LAKESINK_CONNECT_URL", "http://127.0.0.1:8083"),
+            s3_endpoint: var("LAKESINK_S3_ENDPOINT", "http://127.0.0.1:8333"),
+            s3_bucket: var("LAKESINK_S3_BUCKET", "lakesink"),
+            s3_region: var("LAKESINK_S3_REGION", "us-east-1"),
+            s3_access_key_id: var("LAKESINK_S3_ACCESS_KEY_ID", "lakesink"),
+            s3_secret_access_key: var("LAKESINK_S3_SECRET_ACCESS_KEY", "lakesink-secret"),
+            source_pg_url: var(
+                "LAKESINK_SOURCE_PG_URL",
+                "postgres://lakesink:lakesink@127.0.0.1:5433/source",
+            ),
+            replica_pg_url: var(
+                "LAKESINK_REPLICA_PG_URL",
+                "postgres://lakesink:lakesink@127.0.0.1:5434/replica",
+            ),
+        }
+    }
+}
+
+/// The message every integration test fails with when a component does not answer.
+pub fn unreachable(component: &str, endpoint: &str, error: impl std::fmt::Display) -> String {
+    format!(
+        "{component} is not reachable at {endpoint}: {error}\n\
+         The integration tests need the local stack: run `dev/stack up` (or `dev/test`, which starts it)."
+    )
+}
+
+/// A name unique to one test run, safe as a topic, table, slot or object prefix.
+pub fn unique(prefix: &str) -> String {
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    format!("{prefix}_{}", &id[..12])
+}
+
+/// Polls `f` until it returns `Some`, or gives up after `timeout`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, mut f: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return Some(v);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
