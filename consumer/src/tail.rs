@@ -9,7 +9,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Headers};
 use rdkafka::{ClientConfig, Message};
 use tokio::signal::unix::{SignalKind, signal};
-use tracing::info;
+use tracing::{info, warn};
 
 pub(crate) async fn run(config: &KafkaConfig) -> anyhow::Result<()> {
     let consumer = consumer(config)?;
@@ -31,7 +31,14 @@ pub(crate) async fn run(config: &KafkaConfig) -> anyhow::Result<()> {
             _ = tokio::signal::ctrl_c() => break,
             _ = term.recv() => break,
             msg = consumer.recv() => {
-                let msg = msg.context("consuming")?;
+                let msg = match msg {
+                    Ok(msg) => msg,
+                    Err(e) if is_transient(&e) => {
+                        warn!(error = %e, "consumer: waiting");
+                        continue;
+                    }
+                    Err(e) => return Err(e).context("consuming"),
+                };
                 println!("{}", describe(&msg));
                 consumer.store_offset_from_message(&msg).with_context(|| {
                     format!("storing offset {} of {}[{}]", msg.offset(), msg.topic(), msg.partition())
@@ -48,6 +55,22 @@ pub(crate) async fn run(config: &KafkaConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Errors librdkafka recovers from by itself: a subscribed topic that does not exist yet
+/// (Debezium creates it with its first event), or a broker that is briefly unreachable.
+fn is_transient(e: &KafkaError) -> bool {
+    use RDKafkaErrorCode::*;
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            UnknownTopicOrPartition
+                | UnknownTopic
+                | BrokerTransportFailure
+                | AllBrokersDown
+                | OperationTimedOut
+        )
+    )
+}
+
 fn consumer(config: &KafkaConfig) -> anyhow::Result<StreamConsumer> {
     let mut cc = ClientConfig::new();
     cc.set("bootstrap.servers", &config.brokers)
@@ -55,7 +78,9 @@ fn consumer(config: &KafkaConfig) -> anyhow::Result<StreamConsumer> {
         .set("enable.auto.commit", "true")
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
-        .set("partition.assignment.strategy", "cooperative-sticky");
+        .set("partition.assignment.strategy", "cooperative-sticky")
+        // A regex subscription sees new topics only on a metadata refresh (default 5 min).
+        .set("topic.metadata.refresh.interval.ms", "10000");
     for (k, v) in &config.properties {
         cc.set(k, v);
     }
