@@ -17,6 +17,8 @@ pub use overrides::ENV_PREFIX;
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct Config {
     pub kafka: KafkaConfig,
+    #[serde(default)]
+    pub registry: RegistryConfig,
 }
 
 /// Where records come from: one consumer group over a topic list or a regex.
@@ -35,6 +37,26 @@ pub struct KafkaConfig {
     /// Extra librdkafka properties (`"security.protocol" = "SSL"`), passed through as is.
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
+}
+
+/// The schema registry the records' writer schemas come from.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct RegistryConfig {
+    /// Base URL, e.g. `http://127.0.0.1:8080`.
+    pub url: Option<String>,
+    /// What an id framed in the payload (`0x00 | id`) names. Apicurio 3.x and Confluent
+    /// converters write contentIds; Apicurio 2.x with headers off writes globalIds.
+    #[serde(default)]
+    pub payload_ids: PayloadIds,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PayloadIds {
+    #[default]
+    ContentId,
+    GlobalId,
 }
 
 fn default_group_id() -> String {
@@ -144,6 +166,7 @@ mod tests {
         assert_eq!(c.kafka.group_id, "lakesink");
         assert_eq!(c.kafka.topics_regex.as_deref(), Some("^demo\\..*"));
         assert!(c.kafka.properties.is_empty());
+        assert_eq!(c.registry.payload_ids, PayloadIds::ContentId);
     }
 
     #[test]
@@ -167,6 +190,8 @@ mod tests {
         assert_eq!(c.kafka.brokers, "10.0.0.1:9092");
         assert_eq!(c.kafka.group_id, "g2");
         assert_eq!(c.kafka.properties["security.protocol"], "SSL");
+        let c = parse(BASE, &[("LAKESINK__REGISTRY__PAYLOAD_IDS", "global-id")]).expect("valid");
+        assert_eq!(c.registry.payload_ids, PayloadIds::GlobalId);
     }
 
     #[test]

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use lakesink_config::Config;
+use lakesink_config::{Config, PayloadIds};
+use lakesink_schema_registry::IdKind;
 
 #[derive(Parser)]
 #[command(
@@ -20,7 +21,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Consume the configured topics and print one line per record (the sinks come later).
+    /// Consume the configured topics and print one line per record: coordinates and where each
+    /// side names its schema (decoding and the sinks come later).
     Run {
         /// The TOML config file.
         #[arg(short, long)]
@@ -40,7 +42,11 @@ async fn main() -> anyhow::Result<()> {
         Command::Run { config } => {
             let config =
                 Config::load(&config).with_context(|| format!("loading {}", config.display()))?;
-            tail::run(&config.kafka).await
+            let payload_ids = match config.registry.payload_ids {
+                PayloadIds::ContentId => IdKind::ContentId,
+                PayloadIds::GlobalId => IdKind::GlobalId,
+            };
+            tail::run(&config.kafka, payload_ids).await
         }
     }
 }

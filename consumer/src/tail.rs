@@ -4,6 +4,7 @@
 
 use anyhow::Context;
 use lakesink_config::KafkaConfig;
+use lakesink_schema_registry::{IdKind, SchemaRef, Side, unframe};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Headers};
@@ -11,7 +12,7 @@ use rdkafka::{ClientConfig, Message};
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{info, warn};
 
-pub(crate) async fn run(config: &KafkaConfig) -> anyhow::Result<()> {
+pub(crate) async fn run(config: &KafkaConfig, payload_ids: IdKind) -> anyhow::Result<()> {
     let consumer = consumer(config)?;
     let subscription = match &config.topics_regex {
         // librdkafka treats a topic starting with `^` as a regex.
@@ -39,7 +40,7 @@ pub(crate) async fn run(config: &KafkaConfig) -> anyhow::Result<()> {
                     }
                     Err(e) => return Err(e).context("consuming"),
                 };
-                println!("{}", describe(&msg));
+                println!("{}", describe(&msg, payload_ids));
                 consumer.store_offset_from_message(&msg).with_context(|| {
                     format!("storing offset {} of {}[{}]", msg.offset(), msg.topic(), msg.partition())
                 })?;
@@ -87,19 +88,50 @@ fn consumer(config: &KafkaConfig) -> anyhow::Result<StreamConsumer> {
     cc.create().context("creating the Kafka consumer")
 }
 
-fn describe(msg: &BorrowedMessage<'_>) -> String {
-    let size = |p: Option<&[u8]>| p.map_or("null".to_owned(), |b| format!("{}B", b.len()));
-    let headers = msg.headers().map_or_else(String::new, |hs| {
-        hs.iter().map(|h| h.key).collect::<Vec<_>>().join(",")
-    });
+fn describe(msg: &BorrowedMessage<'_>, payload_ids: IdKind) -> String {
+    // Kafka's lastHeader semantics, as Apicurio reads them.
+    let header = |name: &str| {
+        msg.headers()
+            .and_then(|hs| hs.iter().filter(|h| h.key == name).last())
+            .and_then(|h| h.value)
+    };
+    let side = |side: Side, payload: Option<&[u8]>| match payload {
+        None => "null".to_owned(),
+        Some(bytes) => match unframe(side, bytes, header, payload_ids) {
+            Ok(f) => format!("{} {}B", schema(&f.schema), f.datum.len()),
+            Err(e) => format!("{}B unframed ({e})", bytes.len()),
+        },
+    };
     format!(
-        "{}[{}]@{} ts={:?} key={} value={} headers=[{}]",
+        "{}[{}]@{} ts={:?} key={} value={}",
         msg.topic(),
         msg.partition(),
         msg.offset(),
         msg.timestamp().to_millis(),
-        size(msg.key()),
-        size(msg.payload()),
-        headers,
+        side(Side::Key, msg.key()),
+        side(Side::Value, msg.payload()),
     )
+}
+
+fn schema(schema: &SchemaRef) -> String {
+    match schema {
+        SchemaRef::Id {
+            kind: IdKind::GlobalId,
+            id,
+        } => format!("globalId {id}"),
+        SchemaRef::Id {
+            kind: IdKind::ContentId,
+            id,
+        } => format!("contentId {id}"),
+        SchemaRef::Coordinates {
+            artifact_id,
+            version,
+            ..
+        } => {
+            format!(
+                "artifact {artifact_id} v{}",
+                version.as_deref().unwrap_or("latest")
+            )
+        }
+    }
 }
