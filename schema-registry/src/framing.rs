@@ -44,7 +44,7 @@ pub enum IdKind {
 }
 
 /// How a record names its writer schema.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum SchemaRef {
     Id {
         kind: IdKind,
@@ -55,6 +55,31 @@ pub enum SchemaRef {
         artifact_id: String,
         version: Option<String>,
     },
+}
+
+impl fmt::Display for SchemaRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SchemaRef::Id {
+                kind: IdKind::GlobalId,
+                id,
+            } => write!(f, "globalId {id}"),
+            SchemaRef::Id {
+                kind: IdKind::ContentId,
+                id,
+            } => write!(f, "contentId {id}"),
+            SchemaRef::Coordinates {
+                group_id,
+                artifact_id,
+                version,
+            } => write!(
+                f,
+                "artifact {}/{artifact_id} version {}",
+                group_id.as_deref().unwrap_or("default"),
+                version.as_deref().unwrap_or("latest")
+            ),
+        }
+    }
 }
 
 /// How the datum after the framing is encoded (`apicurio.*.encoding`; payload framing is binary).

@@ -4,5 +4,10 @@
 //! This crate knows nothing of sinks or Kafka clients: callers hand it bytes and headers.
 
 pub mod framing;
+pub mod registry;
 
 pub use framing::{Encoding, Framed, FramingError, IdKind, SchemaRef, Side, unframe};
+pub use registry::{
+    Api, Auth, CachedResolver, FixedResolver, HttpRegistry, HttpRegistryConfig, RegistryError,
+    ResolvedSchema, SchemaResolver,
+};

@@ -1,0 +1,38 @@
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::{RegistryError, ResolvedSchema, SchemaResolver};
+use crate::SchemaRef;
+
+/// A resolver over a fixed set of schemas: for tests, and for schemas given in files.
+#[derive(Debug, Default, Clone)]
+pub struct FixedResolver {
+    schemas: HashMap<SchemaRef, Arc<ResolvedSchema>>,
+}
+
+impl FixedResolver {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a self-contained schema under `schema`.
+    pub fn with(mut self, schema: SchemaRef, text: impl Into<String>) -> Self {
+        let resolved = ResolvedSchema {
+            text: text.into(),
+            references: Vec::new(),
+        };
+        self.schemas.insert(schema, Arc::new(resolved));
+        self
+    }
+}
+
+impl SchemaResolver for FixedResolver {
+    async fn resolve(&self, schema: &SchemaRef) -> Result<Arc<ResolvedSchema>, RegistryError> {
+        self.schemas
+            .get(schema)
+            .cloned()
+            .ok_or_else(|| RegistryError::NotFound {
+                what: schema.to_string(),
+            })
+    }
+}

@@ -1,0 +1,65 @@
+//! Resolving a [`SchemaRef`] to schema text: the [`SchemaResolver`] trait, the HTTP client for
+//! Apicurio (v3, v2) and Confluent-compatible registries, a cache in front of any resolver, and
+//! a fixed resolver for tests.
+
+mod auth;
+mod cache;
+mod fixed;
+mod http;
+
+use std::future::Future;
+use std::sync::Arc;
+
+pub use auth::Auth;
+pub use cache::CachedResolver;
+pub use fixed::FixedResolver;
+pub use http::{Api, Backoff, HttpRegistry, HttpRegistryConfig};
+
+use crate::SchemaRef;
+
+/// A writer schema as the registry stores it, with every schema it references.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedSchema {
+    /// The schema text the reference names (Avro JSON).
+    pub text: String,
+    /// Named schemas the text refers to by name, dependencies before their dependents, each
+    /// once. Empty when the registry stored the schema inlined.
+    pub references: Vec<NamedSchema>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedSchema {
+    pub name: String,
+    pub text: String,
+}
+
+/// Turns a schema reference into schema text.
+pub trait SchemaResolver: Send + Sync {
+    fn resolve(
+        &self,
+        schema: &SchemaRef,
+    ) -> impl Future<Output = Result<Arc<ResolvedSchema>, RegistryError>> + Send;
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistryError {
+    /// The registry answered that it has no such schema: bad data, or the wrong registry.
+    #[error("the registry has no schema for {what}")]
+    NotFound { what: String },
+    /// The registry could not be reached or failed; retrying later can help.
+    #[error("schema registry unavailable at {url}: {reason}")]
+    Unavailable { url: String, reason: String },
+    #[error("schema registry refused {url} with {status}: check the registry credentials")]
+    Unauthorized { url: String, status: u16 },
+    #[error("schema registry answered {url} with something unexpected: {reason}")]
+    BadResponse { url: String, reason: String },
+    #[error("{0}")]
+    Config(String),
+}
+
+impl RegistryError {
+    /// Whether the same request may succeed later without anyone changing anything.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, RegistryError::Unavailable { .. })
+    }
+}
