@@ -6,6 +6,8 @@ mod auth;
 mod cache;
 mod fixed;
 mod http;
+#[cfg(test)]
+mod tests;
 
 use std::future::Future;
 use std::sync::Arc;
