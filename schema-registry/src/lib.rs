@@ -3,6 +3,7 @@
 //!
 //! This crate knows nothing of sinks or Kafka clients: callers hand it bytes and headers.
 
+pub mod avro;
 pub mod framing;
 pub mod registry;
 

@@ -1,0 +1,172 @@
+//! Avro datums of one writer schema into Arrow record batches.
+//!
+//! arrow-avro does the decoding (fast, straight into columns). Each datum is validated first,
+//! because arrow-avro can leave half a row in its builders when a datum fails partway, which
+//! would poison every good row of the batch; a validated datum always decodes whole.
+
+use arrow_array::RecordBatch;
+use arrow_avro::reader::{Decoder, DecoderMode, ReaderBuilder};
+use arrow_avro::schema::{AvroSchema, SchemaStore};
+
+use super::schema::{Node, WriterSchema};
+use super::semantic;
+use super::validate::{DatumError, validate};
+
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    /// The datum does not match its writer schema: bad data.
+    #[error("{0}")]
+    Datum(#[from] DatumError),
+    /// A union-rooted schema whose datum is its null branch: there is no row to make.
+    #[error("the datum is the null branch of the schema's root union")]
+    NullRoot,
+    /// The schema cannot be decoded into Arrow (arrow-avro refused it).
+    #[error("schema not supported for Arrow decoding: {0}")]
+    Schema(String),
+    /// arrow-avro failed on a datum that validated: a bug here or there.
+    #[error("decoder failed on a valid datum: {0}")]
+    Internal(String),
+}
+
+/// Where the record lies in the root: the root itself, or one branch of a `["null", record]`
+/// root union (Debezium's flattened values can be registered that way).
+#[derive(Debug, Clone, Copy)]
+enum Root {
+    Record,
+    UnionBranch { record: usize },
+}
+
+/// Decodes datums of one writer schema into batches of at most `batch_size` rows.
+pub struct AvroBatchDecoder {
+    node: Node,
+    root: Root,
+    inner: Decoder,
+    rows: usize,
+    batch_size: usize,
+}
+
+impl std::fmt::Debug for AvroBatchDecoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AvroBatchDecoder")
+            .field("rows", &self.rows)
+            .field("batch_size", &self.batch_size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AvroBatchDecoder {
+    pub fn new(schema: &WriterSchema, batch_size: usize) -> Result<Self, DecodeError> {
+        let (root, json) = match &schema.root {
+            Node::Record { .. } => (Root::Record, schema.json.clone()),
+            Node::Union(branches) => {
+                let records: Vec<usize> = branches
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, b)| matches!(b, Node::Record { .. }))
+                    .map(|(i, _)| i)
+                    .collect();
+                let only_null_besides = branches.len() == 2 && branches.contains(&Node::Null);
+                match (records.as_slice(), only_null_besides) {
+                    ([record], true) => (
+                        Root::UnionBranch { record: *record },
+                        schema.json[*record].clone(),
+                    ),
+                    _ => {
+                        return Err(DecodeError::Schema(
+                            "a root union other than [\"null\", record]".into(),
+                        ));
+                    }
+                }
+            }
+            other => {
+                return Err(DecodeError::Schema(format!(
+                    "the root is {other:?}, not a record"
+                )));
+            }
+        };
+        let mut store = SchemaStore::new();
+        let fingerprint = store
+            .register(AvroSchema::new(json.to_string()))
+            .map_err(|e| DecodeError::Schema(e.to_string()))?;
+        let inner = ReaderBuilder::new()
+            .with_writer_schema_store(store)
+            .with_active_fingerprint(fingerprint)
+            .with_decoder_mode(DecoderMode::UnframedDatum)
+            .with_batch_size(batch_size.max(1))
+            .build_decoder()
+            .map_err(|e| DecodeError::Schema(e.to_string()))?;
+        Ok(Self {
+            node: schema.root.clone(),
+            root,
+            inner,
+            rows: 0,
+            batch_size: batch_size.max(1),
+        })
+    }
+
+    /// Rows waiting for [`AvroBatchDecoder::flush`].
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn is_full(&self) -> bool {
+        self.rows >= self.batch_size
+    }
+
+    /// Appends one datum as a row. On error nothing is appended and the decoder stays usable.
+    /// Call [`AvroBatchDecoder::flush`] first when it is full.
+    pub fn push(&mut self, datum: &[u8]) -> Result<(), DecodeError> {
+        if self.is_full() {
+            return Err(DecodeError::Internal(
+                "push into a full batch; flush first".into(),
+            ));
+        }
+        validate(&self.node, datum)?;
+        let body = match self.root {
+            Root::Record => datum,
+            Root::UnionBranch { record } => {
+                // Validated: one small varint, then the branch.
+                let (index, len) = branch_index(datum);
+                if index != record {
+                    return Err(DecodeError::NullRoot);
+                }
+                &datum[len..]
+            }
+        };
+        let used = self
+            .inner
+            .decode(body)
+            .map_err(|e| DecodeError::Internal(e.to_string()))?;
+        if used != body.len() {
+            return Err(DecodeError::Internal(format!(
+                "decoder used {used} of {} bytes of a valid datum",
+                body.len()
+            )));
+        }
+        self.rows += 1;
+        Ok(())
+    }
+
+    /// The rows pushed since the last flush, with Debezium's semantic types applied.
+    pub fn flush(&mut self) -> Result<Option<RecordBatch>, DecodeError> {
+        self.rows = 0;
+        match self.inner.flush() {
+            Ok(Some(batch)) => semantic::apply(batch).map(Some),
+            Ok(None) => Ok(None),
+            Err(e) => Err(DecodeError::Internal(e.to_string())),
+        }
+    }
+}
+
+/// The zigzag varint union index at the start of a validated datum, and its length.
+fn branch_index(datum: &[u8]) -> (usize, usize) {
+    let mut value = 0u64;
+    for (i, b) in datum.iter().take(10).enumerate() {
+        value |= u64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            let index = (value >> 1) as i64 ^ -((value & 1) as i64);
+            return (usize::try_from(index).unwrap_or(usize::MAX), i + 1);
+        }
+    }
+    (usize::MAX, 0)
+}

@@ -1,0 +1,192 @@
+//! The decoder end to end on hand-built datums: types, values, metadata, and bad rows.
+
+use arrow_array::Array;
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Date32Type, Decimal128Type, Int64Type, TimestampMicrosecondType};
+use arrow_schema::{DataType, TimeUnit};
+use serde_json::json;
+
+use super::testing::{string, zigzag};
+use super::*;
+
+fn envelope_schema() -> WriterSchema {
+    let schema = json!({"type": "record", "name": "Envelope", "namespace": "demo.public.t", "fields": [
+        {"name": "before", "type": ["null", {"type": "record", "name": "Value", "fields": [
+            {"name": "id", "type": "long"},
+            {"name": "name", "type": ["null", "string"], "default": null},
+            {"name": "born", "type": ["null", {"type": "int", "connect.version": 1, "connect.name": "io.debezium.time.Date"}], "default": null},
+            {"name": "seen", "type": {"type": "long", "connect.version": 1, "connect.name": "io.debezium.time.MicroTimestamp"}},
+            {"name": "price", "type": ["null", {"type": "bytes", "scale": 2, "precision": 10, "connect.version": 1,
+                "connect.parameters": {"scale": "2", "connect.decimal.precision": "10"},
+                "connect.name": "org.apache.kafka.connect.data.Decimal", "logicalType": "decimal"}], "default": null}
+        ], "connect.name": "demo.public.t.Value"}], "default": null},
+        {"name": "after", "type": ["null", "Value"], "default": null},
+        {"name": "op", "type": "string"},
+        {"name": "ts_ms", "type": ["null", "long"], "default": null}
+    ], "connect.name": "demo.public.t.Envelope"});
+    WriterSchema::parse_text(&schema.to_string()).unwrap()
+}
+
+/// An insert: before null, after {id, name, born, seen, price}, op "c".
+fn insert(id: i64, name: Option<&str>, born: i32, seen: i64, cents: i64) -> Vec<u8> {
+    let mut d = zigzag(0); // before: null
+    d.extend(zigzag(1)); // after: Value
+    d.extend(zigzag(id));
+    match name {
+        Some(n) => {
+            d.extend(zigzag(1));
+            d.extend(string(n));
+        }
+        None => d.extend(zigzag(0)),
+    }
+    d.extend(zigzag(1));
+    d.extend(zigzag(i64::from(born)));
+    d.extend(zigzag(seen));
+    d.extend(zigzag(1));
+    let unscaled = cents.to_be_bytes();
+    d.extend(zigzag(8));
+    d.extend(unscaled);
+    d.extend(string("c"));
+    d.extend(zigzag(1));
+    d.extend(zigzag(1_700_000_000_000));
+    d
+}
+
+#[test]
+fn decodes_an_envelope_with_debezium_types() {
+    let mut dec = AvroBatchDecoder::new(&envelope_schema(), 100).unwrap();
+    dec.push(&insert(
+        1,
+        Some("ada"),
+        19_000,
+        1_700_000_000_123_456,
+        12_345,
+    ))
+    .unwrap();
+    dec.push(&insert(2, None, -1, -5, -1)).unwrap();
+    let batch = dec.flush().unwrap().unwrap();
+    assert_eq!(batch.num_rows(), 2);
+
+    let after = batch.column_by_name("after").unwrap().as_struct();
+    let field = |name: &str| {
+        let DataType::Struct(fields) = batch
+            .schema()
+            .field_with_name("after")
+            .unwrap()
+            .data_type()
+            .clone()
+        else {
+            panic!("after is a struct")
+        };
+        fields.find(name).unwrap().1.clone()
+    };
+    assert_eq!(
+        field("seen").data_type(),
+        &DataType::Timestamp(TimeUnit::Microsecond, None)
+    );
+    assert_eq!(field("born").data_type(), &DataType::Date32);
+    assert_eq!(field("price").data_type(), &DataType::Decimal128(10, 2));
+    assert_eq!(
+        field("seen").metadata()["connect.name"],
+        "io.debezium.time.MicroTimestamp"
+    );
+    assert_eq!(
+        field("price").metadata()["connect.parameters"],
+        r#"{"connect.decimal.precision":"10","scale":"2"}"#
+    );
+
+    let ids = after
+        .column_by_name("id")
+        .unwrap()
+        .as_primitive::<Int64Type>();
+    assert_eq!(ids.values(), &[1, 2]);
+    let names = after.column_by_name("name").unwrap().as_string::<i32>();
+    assert_eq!(names.value(0), "ada");
+    assert!(names.is_null(1));
+    let born = after
+        .column_by_name("born")
+        .unwrap()
+        .as_primitive::<Date32Type>();
+    assert_eq!(born.values(), &[19_000, -1]);
+    let seen = after
+        .column_by_name("seen")
+        .unwrap()
+        .as_primitive::<TimestampMicrosecondType>();
+    assert_eq!(seen.values(), &[1_700_000_000_123_456, -5]);
+    let price = after
+        .column_by_name("price")
+        .unwrap()
+        .as_primitive::<Decimal128Type>();
+    assert_eq!(price.value_as_string(0), "123.45");
+    assert_eq!(price.value_as_string(1), "-0.01");
+    assert!(batch.column_by_name("before").unwrap().is_null(0));
+    assert_eq!(
+        batch
+            .column_by_name("op")
+            .unwrap()
+            .as_string::<i32>()
+            .value(1),
+        "c"
+    );
+}
+
+#[test]
+fn a_bad_datum_leaves_the_batch_intact() {
+    let mut dec = AvroBatchDecoder::new(&envelope_schema(), 100).unwrap();
+    dec.push(&insert(1, Some("a"), 1, 1, 1)).unwrap();
+    let good = insert(2, Some("b"), 2, 2, 2);
+    // Every truncation of a good datum, and bad UTF-8, fail without touching the batch.
+    for len in 0..good.len() {
+        assert!(dec.push(&good[..len]).is_err(), "prefix {len}");
+    }
+    let mut utf8 = insert(3, Some("xx"), 3, 3, 3);
+    let at = utf8.windows(2).position(|w| w == b"xx").unwrap();
+    utf8[at] = 0xff;
+    assert!(matches!(
+        dec.push(&utf8),
+        Err(DecodeError::Datum(DatumError::BadUtf8 { .. }))
+    ));
+    dec.push(&good).unwrap();
+    let batch = dec.flush().unwrap().unwrap();
+    let ids = batch
+        .column_by_name("after")
+        .unwrap()
+        .as_struct()
+        .column(0)
+        .as_primitive::<Int64Type>()
+        .clone();
+    assert_eq!(ids.values(), &[1, 2]);
+    // And the decoder goes on after a flush.
+    dec.push(&good).unwrap();
+    assert_eq!(dec.flush().unwrap().unwrap().num_rows(), 1);
+}
+
+#[test]
+fn a_nullable_record_root_decodes_its_record_branch() {
+    let schema = json!(["null", {"type": "record", "name": "Value", "fields": [
+        {"name": "id", "type": "long"}, {"name": "__deleted", "type": ["null", "string"], "default": null}]}]);
+    let schema = WriterSchema::parse_text(&schema.to_string()).unwrap();
+    let mut dec = AvroBatchDecoder::new(&schema, 10).unwrap();
+    let mut d = zigzag(1);
+    d.extend(zigzag(42));
+    d.extend(zigzag(1));
+    d.extend(string("false"));
+    dec.push(&d).unwrap();
+    assert!(matches!(dec.push(&zigzag(0)), Err(DecodeError::NullRoot)));
+    let batch = dec.flush().unwrap().unwrap();
+    assert_eq!(batch.column(0).as_primitive::<Int64Type>().value(0), 42);
+    assert_eq!(batch.column(1).as_string::<i32>().value(0), "false");
+}
+
+#[test]
+fn full_batches_ask_for_a_flush() {
+    let mut dec = AvroBatchDecoder::new(&envelope_schema(), 2).unwrap();
+    let d = insert(1, None, 1, 1, 1);
+    dec.push(&d).unwrap();
+    dec.push(&d).unwrap();
+    assert!(dec.is_full());
+    assert!(dec.push(&d).is_err());
+    assert_eq!(dec.flush().unwrap().unwrap().num_rows(), 2);
+    assert_eq!(dec.rows(), 0);
+    assert!(dec.flush().unwrap().is_none());
+}

@@ -1,0 +1,352 @@
+//! Walks an Avro binary datum against its writer schema without building anything, so that a
+//! datum reaches the Arrow decoder only when it decodes completely: a bad record then never
+//! leaves half a row behind in a batch of good ones.
+//!
+//! Checked: truncation, varints longer than their type, negative or oversized lengths, booleans
+//! other than 0/1, union and enum indexes out of range, UTF-8 in strings and map keys, and
+//! trailing bytes after the datum.
+
+use super::schema::Node;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DatumError {
+    #[error("datum ends at byte {at}, in the middle of a value")]
+    Truncated { at: usize },
+    #[error("malformed varint at byte {at}")]
+    BadVarint { at: usize },
+    #[error("int at byte {at} does not fit 32 bits")]
+    IntOutOfRange { at: usize },
+    #[error("negative length {len} at byte {at}")]
+    NegativeLength { at: usize, len: i64 },
+    #[error("boolean byte {byte:#04x} at byte {at}")]
+    BadBoolean { at: usize, byte: u8 },
+    #[error("union branch {index} at byte {at}; the schema has {branches}")]
+    BadUnionIndex {
+        at: usize,
+        index: i64,
+        branches: usize,
+    },
+    #[error("enum symbol {index} at byte {at}; the schema has {symbols}")]
+    BadEnumIndex {
+        at: usize,
+        index: i64,
+        symbols: usize,
+    },
+    #[error("string at byte {at} is not UTF-8")]
+    BadUtf8 { at: usize },
+    #[error("array or map at byte {at} claims {count} items, more than the datum can hold")]
+    TooManyItems { at: usize, count: i64 },
+    #[error("{extra} bytes follow the datum, which ends at byte {at}: wrong schema?")]
+    TrailingBytes { at: usize, extra: usize },
+}
+
+/// Items of zero encoded size (null, empty records) an array may claim: they cost no bytes, so
+/// the datum's length cannot bound them.
+const MAX_EMPTY_ITEMS: i64 = 1 << 20;
+
+/// Checks that `datum` is exactly one value of `node`.
+pub fn validate(node: &Node, datum: &[u8]) -> Result<(), DatumError> {
+    let mut c = Cursor { buf: datum, pos: 0 };
+    c.value(node)?;
+    if c.pos < datum.len() {
+        return Err(DatumError::TrailingBytes {
+            at: c.pos,
+            extra: datum.len() - c.pos,
+        });
+    }
+    Ok(())
+}
+
+struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl Cursor<'_> {
+    fn take(&mut self, n: usize) -> Result<&[u8], DatumError> {
+        let at = self.pos;
+        let end = at
+            .checked_add(n)
+            .filter(|&e| e <= self.buf.len())
+            .ok_or(DatumError::Truncated { at: self.buf.len() })?;
+        self.pos = end;
+        Ok(&self.buf[at..end])
+    }
+
+    fn long(&mut self) -> Result<i64, DatumError> {
+        let at = self.pos;
+        let mut value: u64 = 0;
+        for i in 0..10 {
+            let &b = self
+                .buf
+                .get(self.pos)
+                .ok_or(DatumError::Truncated { at: self.buf.len() })?;
+            self.pos += 1;
+            // The tenth byte may carry only the top bit.
+            if i == 9 && b > 1 {
+                return Err(DatumError::BadVarint { at });
+            }
+            value |= u64::from(b & 0x7f) << (7 * i);
+            if b & 0x80 == 0 {
+                return Ok((value >> 1) as i64 ^ -((value & 1) as i64));
+            }
+        }
+        Err(DatumError::BadVarint { at })
+    }
+
+    fn int(&mut self) -> Result<i32, DatumError> {
+        let at = self.pos;
+        i32::try_from(self.long()?).map_err(|_| DatumError::IntOutOfRange { at })
+    }
+
+    fn length(&mut self) -> Result<usize, DatumError> {
+        let at = self.pos;
+        let len = self.long()?;
+        usize::try_from(len).map_err(|_| DatumError::NegativeLength { at, len })
+    }
+
+    fn value(&mut self, node: &Node) -> Result<(), DatumError> {
+        match node {
+            Node::Null => Ok(()),
+            Node::Boolean => {
+                let at = self.pos;
+                match self.take(1)?[0] {
+                    0 | 1 => Ok(()),
+                    byte => Err(DatumError::BadBoolean { at, byte }),
+                }
+            }
+            Node::Int => self.int().map(drop),
+            Node::Long => self.long().map(drop),
+            Node::Float => self.take(4).map(drop),
+            Node::Double => self.take(8).map(drop),
+            Node::Bytes => {
+                let len = self.length()?;
+                self.take(len).map(drop)
+            }
+            Node::String => self.string(),
+            Node::Fixed(size) => self.take(*size).map(drop),
+            Node::Enum(symbols) => {
+                let at = self.pos;
+                let index = self.long()?;
+                if usize::try_from(index).is_ok_and(|i| i < *symbols) {
+                    Ok(())
+                } else {
+                    Err(DatumError::BadEnumIndex {
+                        at,
+                        index,
+                        symbols: *symbols,
+                    })
+                }
+            }
+            Node::Union(branches) => {
+                let at = self.pos;
+                let index = self.long()?;
+                let branch = usize::try_from(index)
+                    .ok()
+                    .and_then(|i| branches.get(i))
+                    .ok_or(DatumError::BadUnionIndex {
+                        at,
+                        index,
+                        branches: branches.len(),
+                    })?;
+                self.value(branch)
+            }
+            Node::Record { fields, .. } => fields.iter().try_for_each(|f| self.value(f)),
+            Node::Array(items) => self.blocks(|c| c.value(items), encoded_size_can_be_zero(items)),
+            Node::Map(values) => self.blocks(
+                |c| {
+                    c.string()?;
+                    c.value(values)
+                },
+                false,
+            ),
+        }
+    }
+
+    fn string(&mut self) -> Result<(), DatumError> {
+        let len = self.length()?;
+        let at = self.pos;
+        let bytes = self.take(len)?;
+        std::str::from_utf8(bytes).map_err(|_| DatumError::BadUtf8 { at })?;
+        Ok(())
+    }
+
+    /// Array and map blocks: a count (negative: followed by the block's byte size), items, and
+    /// a zero count at the end.
+    fn blocks(
+        &mut self,
+        mut item: impl FnMut(&mut Self) -> Result<(), DatumError>,
+        zero_size_items: bool,
+    ) -> Result<(), DatumError> {
+        let mut empty_items = 0i64;
+        loop {
+            let at = self.pos;
+            let mut count = self.long()?;
+            if count == 0 {
+                return Ok(());
+            }
+            if count < 0 {
+                count = count
+                    .checked_neg()
+                    .ok_or(DatumError::TooManyItems { at, count })?;
+                self.length()?;
+            }
+            let remaining = (self.buf.len() - self.pos) as i64;
+            let too_many = if zero_size_items {
+                empty_items = empty_items.saturating_add(count);
+                empty_items > MAX_EMPTY_ITEMS.max(remaining)
+            } else {
+                count > remaining
+            };
+            if too_many {
+                return Err(DatumError::TooManyItems { at, count });
+            }
+            for _ in 0..count {
+                item(self)?;
+            }
+        }
+    }
+}
+
+/// Whether a value of `node` can take no bytes at all.
+fn encoded_size_can_be_zero(node: &Node) -> bool {
+    match node {
+        Node::Null => true,
+        Node::Fixed(0) => true,
+        Node::Record { fields, .. } => fields.iter().all(encoded_size_can_be_zero),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::avro::testing::zigzag;
+
+    fn record() -> Node {
+        Node::Record {
+            name: "R".into(),
+            fields: vec![
+                Node::Long,
+                Node::Union(vec![Node::Null, Node::String]),
+                Node::Boolean,
+                Node::Array(Box::new(Node::Int)),
+                Node::Map(Box::new(Node::Bytes)),
+                Node::Enum(2),
+            ],
+        }
+    }
+
+    fn good() -> Vec<u8> {
+        let mut d = zigzag(-12345);
+        d.extend(zigzag(1));
+        d.extend(zigzag(3));
+        d.extend(b"abc");
+        d.push(1);
+        d.extend(zigzag(-2)); // a block of 2 items with its byte size
+        d.extend(zigzag(2));
+        d.extend(zigzag(7));
+        d.extend(zigzag(8));
+        d.extend(zigzag(0));
+        d.extend(zigzag(1));
+        d.extend(zigzag(1));
+        d.extend(b"k");
+        d.extend(zigzag(2));
+        d.extend([0xff, 0x00]);
+        d.extend(zigzag(0));
+        d.extend(zigzag(1));
+        d
+    }
+
+    #[test]
+    fn a_good_datum_passes() {
+        validate(&record(), &good()).unwrap();
+        validate(&Node::Long, &zigzag(i64::MIN)).unwrap();
+        validate(&Node::Long, &zigzag(i64::MAX)).unwrap();
+    }
+
+    #[test]
+    fn every_truncation_fails_without_panicking() {
+        let d = good();
+        for len in 0..d.len() {
+            assert!(
+                validate(&record(), &d[..len]).is_err(),
+                "prefix of {len} bytes"
+            );
+        }
+    }
+
+    #[test]
+    fn each_defect_is_named() {
+        let r = record();
+        let mut extra = good();
+        extra.push(0);
+        assert_eq!(
+            validate(&r, &extra),
+            Err(DatumError::TrailingBytes {
+                at: extra.len() - 1,
+                extra: 1
+            })
+        );
+        let mut union = zigzag(1);
+        union.extend(zigzag(2));
+        assert!(matches!(
+            validate(&r, &union),
+            Err(DatumError::BadUnionIndex { index: 2, .. })
+        ));
+        let mut utf8 = zigzag(1);
+        utf8.extend(zigzag(1));
+        utf8.extend(zigzag(2));
+        utf8.extend([0xc3, 0x28]);
+        assert!(matches!(
+            validate(&r, &utf8),
+            Err(DatumError::BadUtf8 { .. })
+        ));
+        assert!(matches!(
+            validate(&Node::Boolean, &[2]),
+            Err(DatumError::BadBoolean { .. })
+        ));
+        assert!(matches!(
+            validate(&Node::Enum(2), &zigzag(2)),
+            Err(DatumError::BadEnumIndex { .. })
+        ));
+        assert!(matches!(
+            validate(&Node::Int, &zigzag(1 << 40)),
+            Err(DatumError::IntOutOfRange { .. })
+        ));
+        assert!(matches!(
+            validate(&Node::Bytes, &zigzag(-1)),
+            Err(DatumError::NegativeLength { .. })
+        ));
+        assert!(matches!(
+            validate(&Node::Long, &[0xff; 11]),
+            Err(DatumError::BadVarint { .. })
+        ));
+        // A length of 2^40 in a short datum: truncated, with no allocation.
+        assert!(matches!(
+            validate(&Node::String, &zigzag(1 << 40)),
+            Err(DatumError::Truncated { .. })
+        ));
+    }
+
+    #[test]
+    fn absurd_item_counts_are_refused_up_front() {
+        let ints = Node::Array(Box::new(Node::Int));
+        assert!(matches!(
+            validate(&ints, &zigzag(1 << 40)),
+            Err(DatumError::TooManyItems { .. })
+        ));
+        let nulls = Node::Array(Box::new(Node::Null));
+        assert!(matches!(
+            validate(&nulls, &zigzag(1 << 28)),
+            Err(DatumError::TooManyItems { .. })
+        ));
+        let mut few = zigzag(3);
+        few.extend(zigzag(0));
+        validate(&nulls, &few).unwrap();
+        assert!(matches!(
+            validate(&ints, &zigzag(i64::MIN)),
+            Err(DatumError::TooManyItems { .. })
+        ));
+    }
+}
