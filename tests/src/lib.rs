@@ -3,6 +3,8 @@
 //! Endpoints come from the variables `dev/stack env` prints, with the same loopback defaults,
 //! so `cargo test` works after `dev/stack up` without sourcing anything.
 
+pub mod debezium;
+
 use std::time::Duration;
 
 /// The endpoints of the local stack.

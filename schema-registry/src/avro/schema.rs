@@ -19,12 +19,18 @@ pub enum Node {
     Double,
     Bytes,
     String,
+    /// Debezium's `io.debezium.time.ZonedTimestamp`: an ISO-8601 string with an offset,
+    /// decoded to a UTC timestamp in microseconds.
+    ZonedTimestamp,
     Fixed(usize),
     Enum(usize),
     Array(Box<Node>),
     Map(Box<Node>),
     Union(Vec<Node>),
-    Record { name: String, fields: Vec<Node> },
+    Record {
+        name: String,
+        fields: Vec<Node>,
+    },
 }
 
 /// A parsed, self-contained writer schema.
@@ -46,6 +52,8 @@ pub enum SchemaError {
     #[error("schema is malformed: {0}")]
     Malformed(String),
 }
+
+pub(crate) const ZONED_TIMESTAMP: &str = "io.debezium.time.ZonedTimestamp";
 
 fn primitive(name: &str) -> Option<Node> {
     Some(match name {
@@ -285,6 +293,9 @@ impl Inliner {
                 let (j, n) = self.walk(values, ns)?;
                 out.insert("values".into(), j);
                 Node::Map(Box::new(n))
+            }
+            "string" if o.get("connect.name").and_then(Value::as_str) == Some(ZONED_TIMESTAMP) => {
+                Node::ZonedTimestamp
             }
             name => match primitive(name) {
                 Some(node) => node,

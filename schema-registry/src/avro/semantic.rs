@@ -5,15 +5,23 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow_array::{Array, ArrayRef, ListArray, RecordBatch, StructArray};
+use arrow_array::{
+    Array, ArrayRef, ListArray, RecordBatch, StringArray, StructArray, TimestampMicrosecondArray,
+};
 use arrow_schema::{DataType, Field, FieldRef, Fields, Metadata, Schema, TimeUnit};
 
 use super::decode::DecodeError;
+use super::schema::ZONED_TIMESTAMP;
+use super::validate::zoned_timestamp_micros;
 
 /// The Arrow type a Debezium semantic type becomes, given the Avro physical type it arrived as.
+/// `connect_name` is the type's `connect.name`, or its `connect.type` (`int8`, `int16`).
 pub fn target_type(connect_name: &str, physical: &DataType) -> Option<DataType> {
     use DataType::*;
     Some(match (connect_name, physical) {
+        ("int8", Int32) => Int8,
+        ("int16", Int32) => Int16,
+        (ZONED_TIMESTAMP, Utf8) => Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
         ("io.debezium.time.Date", Int32) => Date32,
         ("io.debezium.time.Time", Int32) => Time32(TimeUnit::Millisecond),
         ("io.debezium.time.MicroTime", Int64) => Time64(TimeUnit::Microsecond),
@@ -59,6 +67,19 @@ fn unquoted(metadata: &Metadata) -> HashMap<String, String> {
         .collect()
 }
 
+/// ZonedTimestamp strings (already validated per datum) to microseconds since the epoch.
+fn zoned_timestamps(column: &ArrayRef) -> Result<TimestampMicrosecondArray, DecodeError> {
+    let strings = column
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .ok_or_else(|| internal("ZonedTimestamp column is not Utf8"))?;
+    strings
+        .iter()
+        .map(|v| v.map(zoned_timestamp_micros).transpose())
+        .collect::<Result<TimestampMicrosecondArray, _>>()
+        .map_err(internal)
+}
+
 fn convert(field: &FieldRef, column: ArrayRef) -> Result<(FieldRef, ArrayRef), DecodeError> {
     let metadata = unquoted(field.metadata());
     match field.data_type() {
@@ -101,8 +122,13 @@ fn convert(field: &FieldRef, column: ArrayRef) -> Result<(FieldRef, ArrayRef), D
         physical => {
             let target = metadata
                 .get("connect.name")
+                .or_else(|| metadata.get("connect.type"))
                 .and_then(|name| target_type(name, physical));
             let (data_type, column) = match target {
+                Some(t @ DataType::Timestamp(_, Some(_))) => {
+                    let micros = zoned_timestamps(&column)?;
+                    (t.clone(), Arc::new(micros.with_data_type(t)) as ArrayRef)
+                }
                 Some(t) => {
                     let cast = arrow_cast::cast(&column, &t).map_err(internal)?;
                     (t, cast)

@@ -34,6 +34,12 @@ pub enum DatumError {
     },
     #[error("string at byte {at} is not UTF-8")]
     BadUtf8 { at: usize },
+    #[error("ZonedTimestamp at byte {at} is {value:?}: {reason}")]
+    BadTimestamp {
+        at: usize,
+        value: String,
+        reason: &'static str,
+    },
     #[error("array or map at byte {at} claims {count} items, more than the datum can hold")]
     TooManyItems { at: usize, count: i64 },
     #[error("{extra} bytes follow the datum, which ends at byte {at}: wrong schema?")]
@@ -123,7 +129,18 @@ impl Cursor<'_> {
                 let len = self.length()?;
                 self.take(len).map(drop)
             }
-            Node::String => self.string(),
+            Node::String => self.string().map(drop),
+            Node::ZonedTimestamp => {
+                let at = self.pos;
+                let text = self.string()?;
+                zoned_timestamp_micros(text)
+                    .map(drop)
+                    .map_err(|reason| DatumError::BadTimestamp {
+                        at,
+                        value: text.to_owned(),
+                        reason,
+                    })
+            }
             Node::Fixed(size) => self.take(*size).map(drop),
             Node::Enum(symbols) => {
                 let at = self.pos;
@@ -163,12 +180,11 @@ impl Cursor<'_> {
         }
     }
 
-    fn string(&mut self) -> Result<(), DatumError> {
+    fn string(&mut self) -> Result<&str, DatumError> {
         let len = self.length()?;
         let at = self.pos;
         let bytes = self.take(len)?;
-        std::str::from_utf8(bytes).map_err(|_| DatumError::BadUtf8 { at })?;
-        Ok(())
+        std::str::from_utf8(bytes).map_err(|_| DatumError::BadUtf8 { at })
     }
 
     /// Array and map blocks: a count (negative: followed by the block's byte size), items, and
@@ -206,6 +222,17 @@ impl Cursor<'_> {
             }
         }
     }
+}
+
+/// Microseconds since the epoch of a Debezium ZonedTimestamp (`2024-02-29T12:34:56.789012Z`).
+/// A value finer than a microsecond is refused rather than rounded.
+pub(crate) fn zoned_timestamp_micros(text: &str) -> Result<i64, &'static str> {
+    let t = chrono::DateTime::parse_from_rfc3339(text)
+        .map_err(|_| "not an ISO-8601 timestamp with an offset")?;
+    if t.timestamp_subsec_nanos() % 1000 != 0 {
+        return Err("finer than a microsecond, which this column type cannot hold");
+    }
+    Ok(t.timestamp_micros())
 }
 
 /// Whether a value of `node` can take no bytes at all.

@@ -1,0 +1,180 @@
+//! A real Debezium PostgreSQL connector on one source table, for tests: register it over the
+//! Connect REST API, read what it publishes, and clean up its slot and publication.
+
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
+use rdkafka::message::OwnedMessage;
+use rdkafka::{ClientConfig, Message};
+use serde_json::{Value, json};
+use sqlx::AssertSqlSafe;
+use sqlx::postgres::PgPool;
+
+use crate::{Stack, eventually, unique, unreachable};
+
+/// A connector named like its table, publishing to `<name>.public.<name>`.
+pub struct Connector {
+    pub name: String,
+    pub table: String,
+    pub topic: String,
+    stack: Stack,
+    http: reqwest::Client,
+}
+
+impl Connector {
+    /// Registers a connector over `public.<name>`, with the Apicurio Avro converter for keys
+    /// and values, and waits until its task runs.
+    pub async fn start(stack: &Stack, name: &str) -> Self {
+        let table = format!("public.{name}");
+        let c = Self {
+            name: name.to_owned(),
+            topic: format!("{name}.{table}"),
+            table,
+            stack: stack.clone(),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(15))
+                .build()
+                .expect("http"),
+        };
+        let resp = c
+            .http
+            .put(format!("{}/config", c.url()))
+            .json(&c.config())
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{}", unreachable("Kafka Connect", &stack.connect_url, e)));
+        assert!(
+            resp.status().is_success(),
+            "register connector: {} {}",
+            resp.status(),
+            resp.text().await.unwrap_or_default()
+        );
+        let running = eventually(Duration::from_secs(90), || async {
+            let status: Value = c
+                .http
+                .get(format!("{}/status", c.url()))
+                .send()
+                .await
+                .ok()?
+                .json()
+                .await
+                .ok()?;
+            (status["tasks"][0]["state"] == "RUNNING").then_some(())
+        })
+        .await;
+        assert!(
+            running.is_some(),
+            "connector {name} did not reach RUNNING within 90 s"
+        );
+        c
+    }
+
+    fn url(&self) -> String {
+        format!("{}/connectors/{}", self.stack.connect_url, self.name)
+    }
+
+    fn config(&self) -> Value {
+        let pg = reqwest::Url::parse(&self.stack.source_pg_url).expect("source url");
+        let registry = format!("{}/apis/registry/v2", self.stack.registry_url);
+        json!({
+            "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+            "plugin.name": "pgoutput",
+            "database.hostname": pg.host_str(), "database.port": pg.port().unwrap_or(5432).to_string(),
+            "database.user": pg.username(), "database.password": pg.password(),
+            "database.dbname": pg.path().trim_start_matches('/'),
+            "topic.prefix": self.name, "slot.name": self.name, "publication.name": self.name,
+            "publication.autocreate.mode": "filtered", "table.include.list": self.table,
+            "slot.drop.on.stop": "true",
+            "key.converter": "io.apicurio.registry.utils.converter.AvroConverter",
+            "key.converter.apicurio.registry.url": registry,
+            "key.converter.apicurio.registry.auto-register": "true",
+            "value.converter": "io.apicurio.registry.utils.converter.AvroConverter",
+            "value.converter.apicurio.registry.url": registry,
+            "value.converter.apicurio.registry.auto-register": "true",
+        })
+    }
+
+    /// Reads `n` records from the connector's topic, from the beginning.
+    pub async fn read(&self, n: usize) -> Vec<OwnedMessage> {
+        let consumer = wait_for_topic(&self.stack, &self.topic).await;
+        let mut out = Vec::with_capacity(n);
+        while out.len() < n {
+            let msg = tokio::time::timeout(Duration::from_secs(60), consumer.recv())
+                .await
+                .unwrap_or_else(|_| {
+                    panic!("{} of {n} records on {} within 60 s", out.len(), self.topic)
+                })
+                .expect("consume");
+            out.push(msg.detach());
+        }
+        out
+    }
+
+    /// Deletes the connector, waits for its slot to go, and drops its publication.
+    pub async fn stop(self, pg: &PgPool) {
+        self.http
+            .delete(self.url())
+            .send()
+            .await
+            .expect("delete connector");
+        let slot_gone = eventually(Duration::from_secs(30), || async {
+            let n: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1",
+            )
+            .bind(&self.name)
+            .fetch_one(pg)
+            .await
+            .ok()?;
+            (n == 0).then_some(())
+        })
+        .await;
+        assert!(
+            slot_gone.is_some(),
+            "replication slot {} still exists",
+            self.name
+        );
+        sqlx::query(AssertSqlSafe(format!(
+            "DROP PUBLICATION IF EXISTS {}",
+            self.name
+        )))
+        .execute(pg)
+        .await
+        .expect("drop publication");
+    }
+}
+
+/// Debezium creates the topic with its first event; subscribe once it exists.
+async fn wait_for_topic(stack: &Stack, topic: &str) -> StreamConsumer {
+    let probe: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &stack.kafka_brokers)
+        .create()
+        .expect("metadata client");
+    let found = eventually(Duration::from_secs(60), || async {
+        let md = probe
+            .fetch_metadata(Some(topic), Duration::from_secs(5))
+            .ok()?;
+        md.topics()
+            .iter()
+            .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty())
+            .then_some(())
+    })
+    .await;
+    assert!(found.is_some(), "topic {topic} did not appear within 60 s");
+    let consumer: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &stack.kafka_brokers)
+        .set("group.id", unique("test-group"))
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    consumer.subscribe(&[topic]).expect("subscribe");
+    consumer
+}
+
+/// The last value of a header, as Kafka's `lastHeader`.
+pub fn header<'a>(msg: &'a OwnedMessage, name: &str) -> Option<&'a [u8]> {
+    use rdkafka::message::Headers;
+    msg.headers()
+        .and_then(|hs| hs.iter().filter(|h| h.key == name).last())
+        .and_then(|h| h.value)
+}

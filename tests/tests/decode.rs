@@ -1,0 +1,301 @@
+//! Golden round trip: a source row holding every common PostgreSQL type, captured by real
+//! Debezium with the Apicurio converter, resolved from the real registry and decoded into Arrow,
+//! equals what was inserted; a row of NULLs decodes as NULLs.
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::*;
+use arrow_array::{Array, StructArray};
+use arrow_schema::{DataType, TimeUnit};
+use chrono::{NaiveDate, NaiveTime, TimeZone, Utc};
+use lakesink_schema_registry::avro::{AvroBatchDecoder, WriterSchema};
+use lakesink_schema_registry::{
+    CachedResolver, HttpRegistry, HttpRegistryConfig, IdKind, SchemaResolver, Side, unframe,
+};
+use lakesink_tests::debezium::{Connector, header};
+use lakesink_tests::{Stack, unique, unreachable};
+use rdkafka::Message;
+use sqlx::AssertSqlSafe;
+use sqlx::postgres::PgPool;
+
+const COLUMNS: &str = "id bigint PRIMARY KEY, i2 smallint, i4 integer, f4 real, f8 double precision,
+  n102 numeric(10,2), n numeric, n386 numeric(38,6), b boolean, t text, vc varchar(20), c3 char(3),
+  by bytea, d date, tm time, tm3 time(3), ttz timetz, ts timestamp, ts3 timestamp(3), tstz timestamptz,
+  iv interval, u uuid, j json, jb jsonb, x xml, bt bit(4), bv bit varying(8), ai int4[], at text[],
+  mo MOOD, inet_ inet, cidr_ cidr, mac macaddr, pt point, money_ money, tsv tsvector, i8r int8range";
+
+const VALUES: &str = "1, -32768, 2147483647, 1.5, -2.25e300, 12345678.91,
+  3.14159265358979323846264338327950288419716939937510, 12345678901234567890123456789012.123456,
+  true, 'héllo ☃', 'vc', 'ab', '\\x00ff10', '2024-02-29', '23:59:59.999999', '12:00:00.123',
+  '12:00:00+02', '2024-02-29 12:34:56.789012', '1999-12-31 23:59:59.999',
+  '2024-02-29 12:34:56.789012+00', '1 year 2 months 3 days 04:05:06.789',
+  'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{\"a\": [1, 2]}', '{\"b\": {\"c\": null}}', '<r a=\"1\">x</r>',
+  B'1010', B'101', '{1,NULL,3}', '{\"a\",\"b c\"}', 'happy', '192.168.0.1/24', '10.0.0.0/8',
+  '08:00:2b:01:02:03', '(1.5,-2)', 12.34, 'a fat cat', '[1,10)'";
+
+#[tokio::test]
+async fn every_postgres_type_decodes_losslessly() {
+    let stack = Stack::from_env();
+    let name = unique("golden");
+    let pg = PgPool::connect(&stack.source_pg_url)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}",
+                unreachable("PostgreSQL source", &stack.source_pg_url, e)
+            )
+        });
+    let mood = format!("{name}_mood");
+    for sql in [
+        format!("CREATE TYPE {mood} AS ENUM ('sad', 'ok', 'happy')"),
+        format!(
+            "CREATE TABLE public.{name} ({})",
+            COLUMNS.replace("MOOD", &mood)
+        ),
+        format!("INSERT INTO public.{name} VALUES ({VALUES})"),
+        format!("INSERT INTO public.{name} (id) VALUES (2)"),
+    ] {
+        sqlx::query(AssertSqlSafe(sql.clone()))
+            .execute(&pg)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    let connector = Connector::start(&stack, &name).await;
+    let records = connector.read(2).await;
+
+    let registry = CachedResolver::new(
+        HttpRegistry::new(HttpRegistryConfig::new(&stack.registry_url)).expect("registry"),
+    );
+    let mut decoder: Option<AvroBatchDecoder> = None;
+    for msg in &records {
+        let framed = unframe(
+            Side::Value,
+            msg.payload().expect("value"),
+            |h| header(msg, h),
+            IdKind::ContentId,
+        )
+        .expect("framing");
+        let resolved = registry.resolve(&framed.schema).await.expect("schema");
+        let schema = WriterSchema::parse(&resolved).expect("parse schema");
+        decoder
+            .get_or_insert_with(|| AvroBatchDecoder::new(&schema, 16).expect("decoder"))
+            .push(framed.datum)
+            .expect("decode");
+    }
+    let batch = decoder
+        .expect("decoder")
+        .flush()
+        .expect("flush")
+        .expect("rows");
+    assert_eq!(batch.num_rows(), 2);
+    let after = batch.column_by_name("after").expect("after").as_struct();
+    let col = |name: &str| {
+        after
+            .column_by_name(name)
+            .unwrap_or_else(|| panic!("column {name}"))
+    };
+    let ty = |name: &str| col(name).data_type().clone();
+
+    assert_eq!(col("id").as_primitive::<Int64Type>().value(0), 1);
+    assert_eq!(col("i2").as_primitive::<Int16Type>().value(0), -32768);
+    assert_eq!(col("i4").as_primitive::<Int32Type>().value(0), 2147483647);
+    assert_eq!(col("f4").as_primitive::<Float32Type>().value(0), 1.5);
+    assert_eq!(col("f8").as_primitive::<Float64Type>().value(0), -2.25e300);
+    assert_eq!(ty("n102"), DataType::Decimal128(10, 2));
+    assert_eq!(
+        col("n102")
+            .as_primitive::<Decimal128Type>()
+            .value_as_string(0),
+        "12345678.91"
+    );
+    // Debezium drops the trailing zero of an unconstrained numeric: the value is exact, the
+    // display scale is not carried.
+    assert_eq!(
+        variable_scale_decimal(col("n").as_struct(), 0),
+        "3.1415926535897932384626433832795028841971693993751"
+    );
+    assert_eq!(
+        col("n386")
+            .as_primitive::<Decimal128Type>()
+            .value_as_string(0),
+        "12345678901234567890123456789012.123456"
+    );
+    assert!(col("b").as_boolean().value(0));
+    assert_eq!(col("t").as_string::<i32>().value(0), "héllo ☃");
+    assert_eq!(col("vc").as_string::<i32>().value(0), "vc");
+    assert_eq!(col("c3").as_string::<i32>().value(0), "ab ");
+    assert_eq!(col("by").as_binary::<i32>().value(0), [0x00, 0xff, 0x10]);
+
+    let day = |y, m, d| {
+        (NaiveDate::from_ymd_opt(y, m, d).expect("date") - NaiveDate::default()).num_days()
+    };
+    assert_eq!(ty("d"), DataType::Date32);
+    assert_eq!(
+        i64::from(col("d").as_primitive::<Date32Type>().value(0)),
+        day(2024, 2, 29)
+    );
+    assert_eq!(ty("tm"), DataType::Time64(TimeUnit::Microsecond));
+    assert_eq!(
+        col("tm").as_primitive::<Time64MicrosecondType>().value(0),
+        86_399_999_999
+    );
+    assert_eq!(ty("tm3"), DataType::Time32(TimeUnit::Millisecond));
+    assert_eq!(
+        col("tm3").as_primitive::<Time32MillisecondType>().value(0),
+        43_200_123
+    );
+    assert_eq!(col("ttz").as_string::<i32>().value(0), "10:00:00Z");
+    let micros = |y, m, d, t: &str| {
+        let t = NaiveTime::parse_from_str(t, "%H:%M:%S%.f").expect("time");
+        Utc.from_utc_datetime(&NaiveDate::from_ymd_opt(y, m, d).expect("date").and_time(t))
+            .timestamp_micros()
+    };
+    assert_eq!(ty("ts"), DataType::Timestamp(TimeUnit::Microsecond, None));
+    assert_eq!(
+        col("ts")
+            .as_primitive::<TimestampMicrosecondType>()
+            .value(0),
+        micros(2024, 2, 29, "12:34:56.789012")
+    );
+    assert_eq!(ty("ts3"), DataType::Timestamp(TimeUnit::Millisecond, None));
+    assert_eq!(
+        col("ts3")
+            .as_primitive::<TimestampMillisecondType>()
+            .value(0),
+        micros(1999, 12, 31, "23:59:59.999") / 1000
+    );
+    assert_eq!(
+        ty("tstz"),
+        DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
+    );
+    assert_eq!(
+        col("tstz")
+            .as_primitive::<TimestampMicrosecondType>()
+            .value(0),
+        micros(2024, 2, 29, "12:34:56.789012")
+    );
+    // Debezium's MicroDuration counts a month as 365.25 / 12 days.
+    assert_eq!(ty("iv"), DataType::Duration(TimeUnit::Microsecond));
+    let expected_iv = ((14.0 * 30.4375 + 3.0) * 86_400.0 + 4.0 * 3600.0 + 5.0 * 60.0 + 6.789) * 1e6;
+    let iv = col("iv").as_primitive::<DurationMicrosecondType>().value(0);
+    assert!(
+        (iv as f64 - expected_iv).abs() <= 1.0,
+        "interval {iv} vs {expected_iv}"
+    );
+
+    assert_eq!(
+        col("u").as_string::<i32>().value(0),
+        "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"
+    );
+    assert_eq!(col("j").as_string::<i32>().value(0), r#"{"a": [1, 2]}"#);
+    assert_eq!(
+        col("jb").as_string::<i32>().value(0),
+        r#"{"b": {"c": null}}"#
+    );
+    assert_eq!(col("x").as_string::<i32>().value(0), r#"<r a="1">x</r>"#);
+    // Bits arrive little-endian: bit i of the value is bit i % 8 of byte i / 8.
+    assert_eq!(col("bt").as_binary::<i32>().value(0), [0b1010]);
+    assert_eq!(col("bv").as_binary::<i32>().value(0), [0b101]);
+    let ai = col("ai").as_list::<i32>().value(0);
+    let ai = ai.as_primitive::<Int32Type>();
+    assert_eq!(
+        (ai.len(), ai.value(0), ai.is_null(1), ai.value(2)),
+        (3, 1, true, 3)
+    );
+    let at = col("at").as_list::<i32>().value(0);
+    let at: Vec<_> = at.as_string::<i32>().iter().flatten().collect();
+    assert_eq!(at, ["a", "b c"]);
+    assert_eq!(col("mo").as_string::<i32>().value(0), "happy");
+    assert_eq!(col("inet_").as_string::<i32>().value(0), "192.168.0.1/24");
+    assert_eq!(col("cidr_").as_string::<i32>().value(0), "10.0.0.0/8");
+    assert_eq!(col("mac").as_string::<i32>().value(0), "08:00:2b:01:02:03");
+    let pt = col("pt").as_struct();
+    assert_eq!(
+        pt.column_by_name("x")
+            .expect("x")
+            .as_primitive::<Float64Type>()
+            .value(0),
+        1.5
+    );
+    assert_eq!(
+        pt.column_by_name("y")
+            .expect("y")
+            .as_primitive::<Float64Type>()
+            .value(0),
+        -2.0
+    );
+    assert_eq!(ty("money_"), DataType::Decimal256(64, 2));
+    assert_eq!(
+        col("money_")
+            .as_primitive::<Decimal256Type>()
+            .value_as_string(0),
+        "12.34"
+    );
+    assert_eq!(col("tsv").as_string::<i32>().value(0), "'a' 'cat' 'fat'");
+    assert_eq!(col("i8r").as_string::<i32>().value(0), "[1,10)");
+
+    // The second row: NULL in every column but the key.
+    for (i, field) in after.fields().iter().enumerate() {
+        if field.name() != "id" {
+            assert!(
+                after.column(i).is_null(1),
+                "{} should be NULL",
+                field.name()
+            );
+        }
+    }
+    let op = batch.column_by_name("op").expect("op").as_string::<i32>();
+    assert_eq!(
+        (op.value(0), op.value(1)),
+        ("r", "r"),
+        "both rows come from the snapshot"
+    );
+
+    connector.stop(&pg).await;
+    for sql in [
+        format!("DROP TABLE public.{name}"),
+        format!("DROP TYPE {mood}"),
+    ] {
+        sqlx::query(AssertSqlSafe(sql))
+            .execute(&pg)
+            .await
+            .expect("cleanup");
+    }
+}
+
+/// A VariableScaleDecimal {scale, value: two's-complement big-endian unscaled} as decimal text.
+fn variable_scale_decimal(s: &StructArray, row: usize) -> String {
+    let scale = s
+        .column_by_name("scale")
+        .expect("scale")
+        .as_primitive::<Int32Type>()
+        .value(row);
+    let bytes = s
+        .column_by_name("value")
+        .expect("value")
+        .as_binary::<i32>()
+        .value(row)
+        .to_vec();
+    let negative = bytes.first().is_some_and(|b| b & 0x80 != 0);
+    assert!(!negative, "test values are positive");
+    // Long division by 10 over the big-endian magnitude.
+    let mut digits = Vec::new();
+    let mut n = bytes;
+    while n.iter().any(|&b| b != 0) {
+        let mut rem = 0u32;
+        for b in n.iter_mut() {
+            let cur = (rem << 8) | u32::from(*b);
+            *b = (cur / 10) as u8;
+            rem = cur % 10;
+        }
+        digits.push(char::from(b'0' + rem as u8));
+    }
+    let mut text: String = digits.iter().rev().collect();
+    let scale = usize::try_from(scale).expect("non-negative scale");
+    while text.len() <= scale {
+        text.insert(0, '0');
+    }
+    if scale > 0 {
+        text.insert(text.len() - scale, '.');
+    }
+    text
+}
