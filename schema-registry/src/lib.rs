@@ -4,9 +4,13 @@
 //! This crate knows nothing of sinks or Kafka clients: callers hand it bytes and headers.
 
 pub mod avro;
+pub mod change;
 pub mod framing;
 pub mod registry;
 
+pub use change::{
+    ChangeBatch, ChangeDecoder, ChangeError, KafkaRecord, NonData, Pushed, ValueShape,
+};
 pub use framing::{Encoding, Framed, FramingError, IdKind, SchemaRef, Side, unframe};
 pub use registry::{
     Api, Auth, CachedResolver, FixedResolver, HttpRegistry, HttpRegistryConfig, RegistryError,

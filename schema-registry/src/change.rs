@@ -1,0 +1,504 @@
+//! Kafka records of Debezium topics into the change model: one Arrow batch per (topic,
+//! partition, key schema, value schema), rows in offset order.
+//!
+//! Every batch has `__offset`, `__timestamp` (the Kafka record's, ms), `__op` (`c r u d t m`;
+//! a tombstone is `d`), `__tombstone` and `key` (the key record, null for keyless tables), then
+//! the value's own columns: for a Debezium envelope `before`, `after`, `source`, `op`, `ts_ms`
+//! and the rest as the writer schema has them; for a record flattened by ExtractNewRecordState,
+//! `after` holding the flattened record. A tombstone joins the open batch of its partition with
+//! nulls in the value columns, so delete + tombstone pairs never split batches.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_array::builder::{
+    ArrayBuilder, BooleanBuilder, Int64Builder, StringBuilder, TimestampMillisecondBuilder,
+};
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, ArrayRef, RecordBatch, StructArray, UInt32Array};
+use arrow_schema::{DataType, Field, Schema, TimeUnit};
+
+use crate::avro::{AvroBatchDecoder, DecodeError, Node, SchemaError, WriterSchema};
+use crate::framing::{FramingError, IdKind, SchemaRef, Side, unframe};
+use crate::registry::{RegistryError, SchemaResolver};
+
+/// One Kafka record, as plain values.
+#[derive(Clone, Copy)]
+pub struct KafkaRecord<'a> {
+    pub topic: &'a str,
+    pub partition: i32,
+    pub offset: i64,
+    /// Milliseconds since the epoch, when the record has a timestamp.
+    pub timestamp: Option<i64>,
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    /// Header lookup by name, last value wins.
+    pub headers: &'a dyn Fn(&str) -> Option<&'a [u8]>,
+}
+
+/// What the value of a batch's records is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueShape {
+    /// Debezium's envelope: before, after, source, op, ts_ms.
+    Envelope,
+    /// A record flattened by ExtractNewRecordState (the row itself, maybe with `__op`,
+    /// `__deleted`, `__source_ts_ms`).
+    Flattened,
+    /// Only tombstones so far: no value schema.
+    KeyOnly,
+}
+
+/// Records on a Debezium topic that are not table rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NonData {
+    Heartbeat,
+    SchemaChange,
+    TransactionMetadata,
+    Message,
+}
+
+/// Decoded rows of one (topic, partition, key schema, value schema), in offset order.
+#[derive(Debug, Clone)]
+pub struct ChangeBatch {
+    pub topic: Arc<str>,
+    pub partition: i32,
+    pub first_offset: i64,
+    pub last_offset: i64,
+    pub key_schema: Option<SchemaRef>,
+    pub value_schema: Option<SchemaRef>,
+    pub shape: ValueShape,
+    pub rows: RecordBatch,
+}
+
+/// What one record led to.
+#[derive(Debug, Default)]
+pub struct Pushed {
+    /// Batches closed by this record (a schema change, or a full batch).
+    pub completed: Vec<ChangeBatch>,
+    /// Set when the record was not a row and was skipped.
+    pub skipped: Option<NonData>,
+}
+
+/// Why a record could not be decoded, and where it is.
+#[derive(Debug, thiserror::Error)]
+#[error("{topic}[{partition}] offset {offset}, {side}: {kind}")]
+pub struct ChangeError {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub side: Side,
+    pub kind: ChangeErrorKind,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ChangeErrorKind {
+    #[error("{0}")]
+    Framing(#[from] FramingError),
+    #[error("{0}")]
+    Registry(#[from] RegistryError),
+    #[error("{0}")]
+    Schema(#[from] SchemaError),
+    #[error("{0}")]
+    Decode(#[from] DecodeError),
+    #[error("{0}")]
+    Model(String),
+}
+
+impl ChangeError {
+    /// Whether retrying the same record later can succeed (the registry was unreachable).
+    pub fn is_retryable(&self) -> bool {
+        matches!(&self.kind, ChangeErrorKind::Registry(e) if e.is_retryable())
+    }
+}
+
+/// A writer schema ready to decode, cached by reference.
+struct Prepared {
+    schema: WriterSchema,
+    shape: Result<ValueShape, NonData>,
+}
+
+/// The batch being filled for one partition.
+struct Open {
+    first_offset: i64,
+    last_offset: i64,
+    key_schema: Option<SchemaRef>,
+    value_schema: Option<SchemaRef>,
+    shape: ValueShape,
+    keys: Option<AvroBatchDecoder>,
+    values: Option<AvroBatchDecoder>,
+    offsets: Int64Builder,
+    timestamps: TimestampMillisecondBuilder,
+    tombstones: BooleanBuilder,
+    /// Per row, the row of the key / value decoders it uses, or None.
+    key_rows: Vec<Option<u32>>,
+    value_rows: Vec<Option<u32>>,
+}
+
+/// Decodes records into [`ChangeBatch`]es, holding one open batch per partition.
+pub struct ChangeDecoder<R> {
+    resolver: R,
+    payload_ids: IdKind,
+    batch_rows: usize,
+    prepared: HashMap<SchemaRef, Arc<Prepared>>,
+    open: HashMap<(Arc<str>, i32), Open>,
+}
+
+impl<R: SchemaResolver> ChangeDecoder<R> {
+    /// `batch_rows` bounds the rows of one batch; `payload_ids` says what a payload-framed id is.
+    pub fn new(resolver: R, payload_ids: IdKind, batch_rows: usize) -> Self {
+        Self {
+            resolver,
+            payload_ids,
+            batch_rows: batch_rows.max(1),
+            prepared: HashMap::new(),
+            open: HashMap::new(),
+        }
+    }
+
+    async fn prepare(&mut self, schema: &SchemaRef) -> Result<Arc<Prepared>, ChangeErrorKind> {
+        if let Some(p) = self.prepared.get(schema) {
+            return Ok(p.clone());
+        }
+        let resolved = self.resolver.resolve(schema).await?;
+        let parsed = WriterSchema::parse(&resolved)?;
+        let shape = classify(&parsed.root);
+        let p = Arc::new(Prepared {
+            schema: parsed,
+            shape,
+        });
+        self.prepared.insert(schema.clone(), p.clone());
+        Ok(p)
+    }
+
+    /// Decodes one record. Records of a partition must come in offset order. On error nothing
+    /// of the record is kept and earlier rows stay intact.
+    pub async fn push(&mut self, record: KafkaRecord<'_>) -> Result<Pushed, ChangeError> {
+        let at = |side: Side| {
+            move |kind: ChangeErrorKind| ChangeError {
+                topic: record.topic.to_owned(),
+                partition: record.partition,
+                offset: record.offset,
+                side,
+                kind,
+            }
+        };
+        let ids = self.payload_ids;
+        let frame =
+            |side, bytes| unframe(side, bytes, record.headers, ids).map_err(ChangeErrorKind::from);
+        let key = record
+            .key
+            .map(|k| frame(Side::Key, k))
+            .transpose()
+            .map_err(at(Side::Key))?;
+        let value = record
+            .value
+            .map(|v| frame(Side::Value, v))
+            .transpose()
+            .map_err(at(Side::Value))?;
+
+        let mut value_prepared = None;
+        if let Some(v) = &value {
+            let p = self.prepare(&v.schema).await.map_err(at(Side::Value))?;
+            if let Err(kind) = p.shape {
+                return Ok(Pushed {
+                    completed: Vec::new(),
+                    skipped: Some(kind),
+                });
+            }
+            value_prepared = Some(p);
+        }
+        let key_prepared = match &key {
+            Some(k) => Some(self.prepare(&k.schema).await.map_err(at(Side::Key))?),
+            None => None,
+        };
+
+        let part = (Arc::<str>::from(record.topic), record.partition);
+        let key_schema = key.as_ref().map(|k| k.schema.clone());
+        let value_schema = value.as_ref().map(|v| v.schema.clone());
+        let mut completed = Vec::new();
+        // A new batch when the schemas change; a tombstone joins whatever batch is open.
+        let has_room = |d: &Option<AvroBatchDecoder>| d.as_ref().is_none_or(|d| !d.is_full());
+        let reuse = self.open.get(&part).is_some_and(|o| {
+            o.offsets.len() < self.batch_rows
+                && has_room(&o.keys)
+                && has_room(&o.values)
+                && (key_schema.is_none() || o.key_schema == key_schema)
+                && (value_schema.is_none() || o.value_schema == value_schema)
+                && !(o.shape == ValueShape::KeyOnly && value_schema.is_some())
+        });
+        if !reuse && let Some(open) = self.open.remove(&part) {
+            completed.push(finish(&part, open).map_err(at(Side::Value))?);
+        }
+        if !self.open.contains_key(&part) {
+            let shape = match &value_prepared {
+                Some(p) => p.shape.unwrap_or(ValueShape::Flattened),
+                None => ValueShape::KeyOnly,
+            };
+            let decoder = |p: &Option<Arc<Prepared>>| {
+                p.as_ref()
+                    .map(|p| AvroBatchDecoder::new(&p.schema, self.batch_rows))
+                    .transpose()
+            };
+            let open = Open {
+                first_offset: record.offset,
+                last_offset: record.offset,
+                key_schema: key_schema.clone(),
+                value_schema: value_schema.clone(),
+                shape,
+                keys: decoder(&key_prepared).map_err(|e| at(Side::Key)(e.into()))?,
+                values: decoder(&value_prepared).map_err(|e| at(Side::Value)(e.into()))?,
+                offsets: Int64Builder::new(),
+                timestamps: TimestampMillisecondBuilder::new().with_timezone("UTC"),
+                tombstones: BooleanBuilder::new(),
+                key_rows: Vec::new(),
+                value_rows: Vec::new(),
+            };
+            self.open.insert(part.clone(), open);
+        }
+        let open = self
+            .open
+            .get_mut(&part)
+            .ok_or_else(|| at(Side::Value)(ChangeErrorKind::Model("no open batch".into())))?;
+        // Key first: if the value then fails, the key row is left unused, never misaligned.
+        let key_row = match (&key, open.keys.as_mut()) {
+            (Some(k), Some(d)) => {
+                let row = d.rows() as u32;
+                d.push(k.datum).map_err(|e| at(Side::Key)(e.into()))?;
+                Some(row)
+            }
+            (Some(_), None) => {
+                return Err(at(Side::Key)(ChangeErrorKind::Model(
+                    "a keyed record in a batch opened by a keyless one".into(),
+                )));
+            }
+            (None, _) => None,
+        };
+        let value_row = match (&value, open.values.as_mut()) {
+            (Some(v), Some(d)) => {
+                let row = d.rows() as u32;
+                d.push(v.datum).map_err(|e| at(Side::Value)(e.into()))?;
+                Some(row)
+            }
+            (Some(_), None) => {
+                return Err(at(Side::Value)(ChangeErrorKind::Model(
+                    "a value in a key-only batch".into(),
+                )));
+            }
+            (None, _) => None,
+        };
+        open.offsets.append_value(record.offset);
+        open.timestamps.append_option(record.timestamp);
+        open.tombstones.append_value(value.is_none());
+        open.key_rows.push(key_row);
+        open.value_rows.push(value_row);
+        open.last_offset = record.offset;
+        Ok(Pushed {
+            completed,
+            skipped: None,
+        })
+    }
+
+    /// Closes the open batch of one partition (on revoke, or before a flush of the sinks).
+    pub fn finish_partition(
+        &mut self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Option<ChangeBatch>, ChangeError> {
+        let part = (Arc::<str>::from(topic), partition);
+        match self.open.remove(&part) {
+            None => Ok(None),
+            Some(open) => {
+                let offset = open.last_offset;
+                finish(&part, open).map(Some).map_err(|kind| ChangeError {
+                    topic: topic.to_owned(),
+                    partition,
+                    offset,
+                    side: Side::Value,
+                    kind,
+                })
+            }
+        }
+    }
+
+    /// Closes every open batch.
+    pub fn finish_all(&mut self) -> Result<Vec<ChangeBatch>, ChangeError> {
+        let parts: Vec<(Arc<str>, i32)> = self.open.keys().cloned().collect();
+        let mut out = Vec::new();
+        for (topic, partition) in parts {
+            out.extend(self.finish_partition(&topic, partition)?);
+        }
+        Ok(out)
+    }
+}
+
+/// Envelope, flattened row, or a record that is not a row at all.
+fn classify(root: &Node) -> Result<ValueShape, NonData> {
+    let record = match root {
+        Node::Record { name, fields: _ } => Some(name.as_str()),
+        Node::Union(branches) => branches.iter().find_map(|b| match b {
+            Node::Record { name, .. } => Some(name.as_str()),
+            _ => None,
+        }),
+        _ => None,
+    };
+    let name = record.unwrap_or_default();
+    let simple = name.rsplit('.').next().unwrap_or(name);
+    match simple {
+        "Envelope" => Ok(ValueShape::Envelope),
+        "Heartbeat" => Err(NonData::Heartbeat),
+        "SchemaChangeValue" => Err(NonData::SchemaChange),
+        "TransactionMetadataValue" => Err(NonData::TransactionMetadata),
+        "MessageValue" => Err(NonData::Message),
+        _ => Ok(ValueShape::Flattened),
+    }
+}
+
+/// The rows of `decoded` picked by `rows` (None: a null row); as is when it is the identity.
+fn pick(decoded: &RecordBatch, rows: &[Option<u32>]) -> Result<Vec<ArrayRef>, ChangeErrorKind> {
+    let identity = rows.len() == decoded.num_rows()
+        && rows.iter().enumerate().all(|(i, r)| *r == Some(i as u32));
+    if identity {
+        return Ok(decoded.columns().to_vec());
+    }
+    let indices = UInt32Array::from(rows.to_vec());
+    decoded
+        .columns()
+        .iter()
+        .map(|c| {
+            arrow_select::take::take(c, &indices, None)
+                .map_err(|e| ChangeErrorKind::Model(e.to_string()))
+        })
+        .collect()
+}
+
+fn finish(part: &(Arc<str>, i32), mut open: Open) -> Result<ChangeBatch, ChangeErrorKind> {
+    let model = |e: arrow_schema::ArrowError| ChangeErrorKind::Model(e.to_string());
+    let n = open.offsets.len();
+    let mut fields = vec![
+        Field::new("__offset", DataType::Int64, false),
+        Field::new(
+            "__timestamp",
+            DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
+            true,
+        ),
+        Field::new("__op", DataType::Utf8, false),
+        Field::new("__tombstone", DataType::Boolean, false),
+    ];
+    let tombstones = open.tombstones.finish();
+    let mut columns: Vec<ArrayRef> = vec![
+        Arc::new(open.offsets.finish()),
+        Arc::new(open.timestamps.finish()),
+        Arc::new(StringBuilder::new().finish()), // replaced below, once the value is known
+        Arc::new(tombstones.clone()),
+    ];
+    // The key record as one struct column; null for keyless rows.
+    let key_batch = open
+        .keys
+        .as_mut()
+        .map(AvroBatchDecoder::flush)
+        .transpose()?
+        .flatten();
+    match key_batch {
+        Some(keys) => {
+            let picked = pick(&keys, &open.key_rows)?;
+            let nulls = open
+                .key_rows
+                .iter()
+                .map(Option::is_some)
+                .collect::<Vec<_>>();
+            let key =
+                StructArray::try_new(keys.schema().fields().clone(), picked, Some(nulls.into()))
+                    .map_err(model)?;
+            fields.push(Field::new("key", key.data_type().clone(), true));
+            columns.push(Arc::new(key));
+        }
+        None => {
+            fields.push(Field::new(
+                "key",
+                DataType::Struct(Default::default()),
+                true,
+            ));
+            columns.push(Arc::new(StructArray::new_null(Default::default(), n)));
+        }
+    }
+    let value_batch = open
+        .values
+        .as_mut()
+        .map(AvroBatchDecoder::flush)
+        .transpose()?
+        .flatten();
+    let mut ops: Vec<Option<String>> = vec![None; n];
+    if let Some(values) = value_batch {
+        let picked = pick(&values, &open.value_rows)?;
+        match open.shape {
+            ValueShape::Envelope => {
+                for (f, c) in values.schema().fields().iter().zip(picked) {
+                    if f.name() == "op" {
+                        let op = c.as_string_opt::<i32>().ok_or_else(|| {
+                            ChangeErrorKind::Model("envelope op is not a string".into())
+                        })?;
+                        for (i, o) in op.iter().enumerate() {
+                            ops[i] = o.map(str::to_owned);
+                        }
+                    }
+                    fields.push(f.as_ref().clone().with_nullable(true));
+                    columns.push(c);
+                }
+            }
+            _ => {
+                let after = StructArray::try_new(
+                    values.schema().fields().clone(),
+                    picked,
+                    Some(
+                        open.value_rows
+                            .iter()
+                            .map(Option::is_some)
+                            .collect::<Vec<_>>()
+                            .into(),
+                    ),
+                )
+                .map_err(model)?;
+                let deleted = after
+                    .column_by_name("__deleted")
+                    .and_then(|c| c.as_string_opt::<i32>().cloned());
+                let op = after
+                    .column_by_name("__op")
+                    .and_then(|c| c.as_string_opt::<i32>().cloned());
+                for (i, slot) in ops.iter_mut().enumerate() {
+                    *slot = match (&op, &deleted) {
+                        (Some(op), _) if op.is_valid(i) => Some(op.value(i).to_owned()),
+                        (_, Some(d)) if d.is_valid(i) && d.value(i) == "true" => Some("d".into()),
+                        _ => Some("c".into()),
+                    };
+                }
+                fields.push(Field::new("after", after.data_type().clone(), true));
+                columns.push(Arc::new(after));
+            }
+        }
+    }
+    // A tombstone deletes by key; an envelope row without op is malformed data.
+    let mut op_column = StringBuilder::with_capacity(n, n);
+    for (i, op) in ops.into_iter().enumerate() {
+        match (tombstones.value(i), op) {
+            (true, _) => op_column.append_value("d"),
+            (false, Some(op)) => op_column.append_value(op),
+            (false, None) => return Err(ChangeErrorKind::Model(format!("row {i} has no op"))),
+        }
+    }
+    columns[2] = Arc::new(op_column.finish());
+    let rows = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).map_err(model)?;
+    Ok(ChangeBatch {
+        topic: part.0.clone(),
+        partition: part.1,
+        first_offset: open.first_offset,
+        last_offset: open.last_offset,
+        key_schema: open.key_schema,
+        value_schema: open.value_schema,
+        shape: open.shape,
+        rows,
+    })
+}
+
+#[cfg(test)]
+#[path = "change_tests.rs"]
+mod tests;

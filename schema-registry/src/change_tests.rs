@@ -1,0 +1,328 @@
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use serde_json::json;
+
+use super::*;
+use crate::avro::testing::{string, zigzag};
+use crate::registry::FixedResolver;
+
+const KEY: i64 = 1;
+const ENVELOPE: i64 = 2;
+const HEARTBEAT: i64 = 3;
+const FLAT: i64 = 4;
+const ENVELOPE_V2: i64 = 5;
+
+fn framed(id: i64, datum: Vec<u8>) -> Vec<u8> {
+    let mut out = vec![0];
+    out.extend((id as i32).to_be_bytes());
+    out.extend(datum);
+    out
+}
+
+fn resolver() -> FixedResolver {
+    let id = |id| SchemaRef::Id {
+        kind: IdKind::ContentId,
+        id,
+    };
+    let value = json!({"type": "record", "name": "Value", "fields": [
+        {"name": "id", "type": "long"}, {"name": "name", "type": ["null", "string"], "default": null}]});
+    let envelope = |extra: bool| {
+        let mut fields = vec![
+            json!({"name": "before", "type": ["null", value.clone()], "default": null}),
+            json!({"name": "after", "type": ["null", "Value"], "default": null}),
+            json!({"name": "op", "type": "string"}),
+            json!({"name": "ts_ms", "type": ["null", "long"], "default": null}),
+        ];
+        if extra {
+            fields.push(json!({"name": "ts_us", "type": ["null", "long"], "default": null}));
+        }
+        json!({"type": "record", "name": "Envelope", "namespace": "t.public.x", "fields": fields})
+            .to_string()
+    };
+    FixedResolver::new()
+        .with(id(KEY), json!({"type": "record", "name": "Key", "fields": [{"name": "id", "type": "long"}]}).to_string())
+        .with(id(ENVELOPE), envelope(false))
+        .with(id(ENVELOPE_V2), envelope(true))
+        .with(id(HEARTBEAT), json!({"type": "record", "name": "Heartbeat", "namespace": "io.debezium.connector.common",
+            "fields": [{"name": "ts_ms", "type": "long"}]}).to_string())
+        .with(id(FLAT), json!({"type": "record", "name": "Value", "namespace": "t.public.x", "fields": [
+            {"name": "id", "type": "long"}, {"name": "__deleted", "type": ["null", "string"], "default": null}]}).to_string())
+}
+
+fn key(id: i64) -> Vec<u8> {
+    framed(KEY, zigzag(id))
+}
+
+fn image(id: i64, name: &str) -> Vec<u8> {
+    let mut d = zigzag(1);
+    d.extend(zigzag(id));
+    d.extend(zigzag(1));
+    d.extend(string(name));
+    d
+}
+
+/// An envelope: before and after images (None: null), op, ts_ms.
+fn envelope(before: Option<(i64, &str)>, after: Option<(i64, &str)>, op: &str) -> Vec<u8> {
+    let mut d = Vec::new();
+    for img in [before, after] {
+        match img {
+            Some((id, name)) => d.extend(image(id, name)),
+            None => d.extend(zigzag(0)),
+        }
+    }
+    d.extend(string(op));
+    d.extend(zigzag(1));
+    d.extend(zigzag(1_700_000_000_000));
+    framed(ENVELOPE, d)
+}
+
+async fn push(
+    dec: &mut ChangeDecoder<FixedResolver>,
+    offset: i64,
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+) -> Result<Pushed, ChangeError> {
+    dec.push(KafkaRecord {
+        topic: "t.public.x",
+        partition: 3,
+        offset,
+        timestamp: Some(1_000 + offset),
+        key,
+        value,
+        headers: &|_: &str| None,
+    })
+    .await
+}
+
+fn ops(batch: &ChangeBatch) -> Vec<&str> {
+    batch
+        .rows
+        .column_by_name("__op")
+        .unwrap()
+        .as_string::<i32>()
+        .iter()
+        .map(Option::unwrap)
+        .collect()
+}
+
+#[tokio::test]
+async fn inserts_updates_deletes_and_tombstones_share_one_batch() {
+    let mut dec = ChangeDecoder::new(resolver(), IdKind::ContentId, 100);
+    let k = key(7);
+    push(
+        &mut dec,
+        10,
+        Some(&k),
+        Some(&envelope(None, Some((7, "a")), "c")),
+    )
+    .await
+    .unwrap();
+    push(
+        &mut dec,
+        11,
+        Some(&k),
+        Some(&envelope(Some((7, "a")), Some((7, "b")), "u")),
+    )
+    .await
+    .unwrap();
+    push(
+        &mut dec,
+        12,
+        Some(&k),
+        Some(&envelope(Some((7, "b")), None, "d")),
+    )
+    .await
+    .unwrap();
+    let pushed = push(&mut dec, 13, Some(&k), None).await.unwrap();
+    assert!(pushed.completed.is_empty());
+    let batches = dec.finish_all().unwrap();
+    assert_eq!(batches.len(), 1);
+    let b = &batches[0];
+    assert_eq!(
+        (b.first_offset, b.last_offset, b.partition, &*b.topic),
+        (10, 13, 3, "t.public.x")
+    );
+    assert_eq!(b.shape, ValueShape::Envelope);
+    assert_eq!(ops(b), ["c", "u", "d", "d"]);
+    let tomb = b.rows.column_by_name("__tombstone").unwrap().as_boolean();
+    assert_eq!(
+        tomb.iter().map(Option::unwrap).collect::<Vec<_>>(),
+        [false, false, false, true]
+    );
+    let keys = b.rows.column_by_name("key").unwrap().as_struct();
+    assert_eq!(
+        keys.column(0).as_primitive::<Int64Type>().values(),
+        &[7, 7, 7, 7]
+    );
+    let after = b.rows.column_by_name("after").unwrap();
+    assert_eq!(
+        (after.is_null(0), after.is_null(2), after.is_null(3)),
+        (false, true, true)
+    );
+    let names = after
+        .as_struct()
+        .column_by_name("name")
+        .unwrap()
+        .as_string::<i32>();
+    assert_eq!(names.value(1), "b");
+    let offsets = b
+        .rows
+        .column_by_name("__offset")
+        .unwrap()
+        .as_primitive::<Int64Type>();
+    assert_eq!(offsets.values(), &[10, 11, 12, 13]);
+}
+
+#[tokio::test]
+async fn a_bad_record_names_its_coordinates_and_spoils_nothing() {
+    let mut dec = ChangeDecoder::new(resolver(), IdKind::ContentId, 100);
+    let k = key(1);
+    push(
+        &mut dec,
+        0,
+        Some(&k),
+        Some(&envelope(None, Some((1, "a")), "c")),
+    )
+    .await
+    .unwrap();
+    let mut bad = envelope(None, Some((2, "b")), "c");
+    bad.truncate(bad.len() - 3);
+    let err = push(&mut dec, 1, Some(&k), Some(&bad)).await.unwrap_err();
+    assert_eq!(
+        (err.topic.as_str(), err.partition, err.offset, err.side),
+        ("t.public.x", 3, 1, Side::Value)
+    );
+    assert!(
+        err.to_string()
+            .starts_with("t.public.x[3] offset 1, value:"),
+        "{err}"
+    );
+    assert!(!err.is_retryable());
+    let unknown = framed(99, zigzag(1));
+    let err = push(&mut dec, 1, Some(&unknown), None).await.unwrap_err();
+    assert!(
+        err.to_string().contains("no schema for contentId 99"),
+        "{err}"
+    );
+    push(
+        &mut dec,
+        2,
+        Some(&k),
+        Some(&envelope(None, Some((3, "c")), "c")),
+    )
+    .await
+    .unwrap();
+    let b = dec.finish_all().unwrap().remove(0);
+    let offsets = b
+        .rows
+        .column_by_name("__offset")
+        .unwrap()
+        .as_primitive::<Int64Type>();
+    assert_eq!(offsets.values(), &[0, 2]);
+    let keys = b.rows.column_by_name("key").unwrap().as_struct();
+    assert_eq!(keys.len(), 2);
+}
+
+#[tokio::test]
+async fn a_new_writer_schema_closes_the_batch() {
+    let mut dec = ChangeDecoder::new(resolver(), IdKind::ContentId, 100);
+    let k = key(1);
+    push(
+        &mut dec,
+        0,
+        Some(&k),
+        Some(&envelope(None, Some((1, "a")), "c")),
+    )
+    .await
+    .unwrap();
+    let mut v2 = envelope(None, Some((2, "b")), "r");
+    v2[4] = ENVELOPE_V2 as u8;
+    v2.extend(zigzag(0));
+    let pushed = push(&mut dec, 1, Some(&k), Some(&v2)).await.unwrap();
+    assert_eq!(pushed.completed.len(), 1);
+    assert_eq!(pushed.completed[0].last_offset, 0);
+    let rest = dec.finish_all().unwrap();
+    assert_eq!(
+        rest[0].value_schema,
+        Some(SchemaRef::Id {
+            kind: IdKind::ContentId,
+            id: ENVELOPE_V2
+        })
+    );
+    assert!(rest[0].rows.column_by_name("ts_us").is_some());
+}
+
+#[tokio::test]
+async fn heartbeats_are_skipped_not_rows() {
+    let mut dec = ChangeDecoder::new(resolver(), IdKind::ContentId, 100);
+    let hb = framed(HEARTBEAT, zigzag(5));
+    let pushed = push(&mut dec, 0, None, Some(&hb)).await.unwrap();
+    assert_eq!(pushed.skipped, Some(NonData::Heartbeat));
+    assert!(dec.finish_all().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn keyless_and_flattened_records() {
+    let mut dec = ChangeDecoder::new(resolver(), IdKind::ContentId, 100);
+    let flat = |id: i64, deleted: &str| {
+        let mut d = zigzag(id);
+        d.extend(zigzag(1));
+        d.extend(string(deleted));
+        framed(FLAT, d)
+    };
+    push(&mut dec, 0, None, Some(&flat(1, "false")))
+        .await
+        .unwrap();
+    push(&mut dec, 1, None, Some(&flat(1, "true")))
+        .await
+        .unwrap();
+    let b = dec.finish_all().unwrap().remove(0);
+    assert_eq!(b.shape, ValueShape::Flattened);
+    assert_eq!(ops(&b), ["c", "d"]);
+    assert!(b.rows.column_by_name("key").unwrap().is_null(0));
+    let after = b.rows.column_by_name("after").unwrap().as_struct();
+    assert_eq!(
+        after.column(0).as_primitive::<Int64Type>().values(),
+        &[1, 1]
+    );
+}
+
+#[tokio::test]
+async fn full_batches_are_handed_over() {
+    let mut dec = ChangeDecoder::new(resolver(), IdKind::ContentId, 2);
+    let k = key(1);
+    let v = envelope(None, Some((1, "a")), "c");
+    let mut completed = Vec::new();
+    for offset in 0..5 {
+        completed.extend(
+            push(&mut dec, offset, Some(&k), Some(&v))
+                .await
+                .unwrap()
+                .completed,
+        );
+    }
+    completed.extend(dec.finish_all().unwrap());
+    let spans: Vec<(i64, i64)> = completed
+        .iter()
+        .map(|b| (b.first_offset, b.last_offset))
+        .collect();
+    assert_eq!(spans, [(0, 1), (2, 3), (4, 4)]);
+}
+
+#[tokio::test]
+async fn a_tombstone_before_any_value_opens_a_key_only_batch() {
+    let mut dec = ChangeDecoder::new(resolver(), IdKind::ContentId, 100);
+    let k = key(4);
+    push(&mut dec, 0, Some(&k), None).await.unwrap();
+    let pushed = push(
+        &mut dec,
+        1,
+        Some(&k),
+        Some(&envelope(None, Some((4, "x")), "c")),
+    )
+    .await
+    .unwrap();
+    assert_eq!(pushed.completed.len(), 1);
+    assert_eq!(pushed.completed[0].shape, ValueShape::KeyOnly);
+    assert_eq!(ops(&pushed.completed[0]), ["d"]);
+}
