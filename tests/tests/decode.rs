@@ -7,9 +7,8 @@ use arrow_array::types::*;
 use arrow_array::{Array, StructArray};
 use arrow_schema::{DataType, TimeUnit};
 use chrono::{NaiveDate, NaiveTime, TimeZone, Utc};
-use lakesink_schema_registry::avro::{AvroBatchDecoder, WriterSchema};
 use lakesink_schema_registry::{
-    CachedResolver, HttpRegistry, HttpRegistryConfig, IdKind, SchemaResolver, Side, unframe,
+    CachedResolver, ChangeDecoder, HttpRegistry, HttpRegistryConfig, IdKind, KafkaRecord,
 };
 use lakesink_tests::debezium::{Connector, header};
 use lakesink_tests::{Stack, unique, unreachable};
@@ -60,33 +59,63 @@ async fn every_postgres_type_decodes_losslessly() {
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
     let connector = Connector::start(&stack, &name).await;
-    let records = connector.read(2).await;
+    for sql in [
+        format!("UPDATE public.{name} SET t = 'changed' WHERE id = 2"),
+        format!("DELETE FROM public.{name} WHERE id = 2"),
+    ] {
+        sqlx::query(AssertSqlSafe(sql))
+            .execute(&pg)
+            .await
+            .expect("change");
+    }
+    // Two snapshot reads, an update, a delete and its tombstone.
+    let records = connector.read(5).await;
 
     let registry = CachedResolver::new(
         HttpRegistry::new(HttpRegistryConfig::new(&stack.registry_url)).expect("registry"),
     );
-    let mut decoder: Option<AvroBatchDecoder> = None;
+    let mut decoder = ChangeDecoder::new(registry, IdKind::ContentId, 1024);
     for msg in &records {
-        let framed = unframe(
-            Side::Value,
-            msg.payload().expect("value"),
-            |h| header(msg, h),
-            IdKind::ContentId,
-        )
-        .expect("framing");
-        let resolved = registry.resolve(&framed.schema).await.expect("schema");
-        let schema = WriterSchema::parse(&resolved).expect("parse schema");
-        decoder
-            .get_or_insert_with(|| AvroBatchDecoder::new(&schema, 16).expect("decoder"))
-            .push(framed.datum)
+        let headers = |h: &str| header(msg, h);
+        let pushed = decoder
+            .push(KafkaRecord {
+                topic: msg.topic(),
+                partition: msg.partition(),
+                offset: msg.offset(),
+                timestamp: msg.timestamp().to_millis(),
+                key: msg.key(),
+                value: msg.payload(),
+                headers: &headers,
+            })
+            .await
             .expect("decode");
+        assert!(pushed.completed.is_empty() && pushed.skipped.is_none());
     }
-    let batch = decoder
-        .expect("decoder")
-        .flush()
-        .expect("flush")
-        .expect("rows");
-    assert_eq!(batch.num_rows(), 2);
+    let mut batches = decoder.finish_all().expect("finish");
+    assert_eq!(batches.len(), 1, "one schema, one batch");
+    let change = batches.remove(0);
+    assert_eq!((change.first_offset, change.last_offset), (0, 4));
+    let batch = change.rows;
+    assert_eq!(batch.num_rows(), 5);
+    let ops: Vec<&str> = batch
+        .column_by_name("__op")
+        .expect("__op")
+        .as_string::<i32>()
+        .iter()
+        .flatten()
+        .collect();
+    assert_eq!(ops, ["r", "r", "u", "d", "d"]);
+    let tombstones = batch
+        .column_by_name("__tombstone")
+        .expect("__tombstone")
+        .as_boolean();
+    assert!(tombstones.value(4) && !tombstones.value(3));
+    let keys = batch.column_by_name("key").expect("key").as_struct();
+    let key_ids = keys
+        .column_by_name("id")
+        .expect("key id")
+        .as_primitive::<Int64Type>();
+    assert_eq!(key_ids.values(), &[1, 2, 2, 2, 2]);
     let after = batch.column_by_name("after").expect("after").as_struct();
     let col = |name: &str| {
         after
@@ -248,6 +277,21 @@ async fn every_postgres_type_decodes_losslessly() {
         (op.value(0), op.value(1)),
         ("r", "r"),
         "both rows come from the snapshot"
+    );
+    let updated = after.column_by_name("t").expect("t").as_string::<i32>();
+    assert_eq!(updated.value(2), "changed");
+    assert!(
+        after.is_null(3) && after.is_null(4),
+        "a delete and a tombstone have no after image"
+    );
+    let before = batch.column_by_name("before").expect("before").as_struct();
+    assert_eq!(
+        before
+            .column_by_name("id")
+            .expect("id")
+            .as_primitive::<Int64Type>()
+            .value(3),
+        2
     );
 
     connector.stop(&pg).await;
