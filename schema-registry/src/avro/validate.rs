@@ -69,17 +69,29 @@ struct Cursor<'a> {
 }
 
 impl Cursor<'_> {
+    #[inline]
     fn take(&mut self, n: usize) -> Result<&[u8], DatumError> {
-        let at = self.pos;
-        let end = at
-            .checked_add(n)
-            .filter(|&e| e <= self.buf.len())
-            .ok_or(DatumError::Truncated { at: self.buf.len() })?;
-        self.pos = end;
-        Ok(&self.buf[at..end])
+        let rest = &self.buf[self.pos..];
+        if n > rest.len() {
+            return Err(DatumError::Truncated { at: self.buf.len() });
+        }
+        self.pos += n;
+        Ok(&rest[..n])
     }
 
+    #[inline]
     fn long(&mut self) -> Result<i64, DatumError> {
+        // Most longs on the wire (union branches, lengths, small numbers) are one byte.
+        if let Some(&b) = self.buf.get(self.pos)
+            && b < 0x80
+        {
+            self.pos += 1;
+            return Ok(i64::from(b >> 1) ^ -i64::from(b & 1));
+        }
+        self.long_slow()
+    }
+
+    fn long_slow(&mut self) -> Result<i64, DatumError> {
         let at = self.pos;
         let mut value: u64 = 0;
         for i in 0..10 {
