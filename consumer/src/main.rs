@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use lakesink_config::{Config, PayloadIds};
-use lakesink_schema_registry::IdKind;
+use lakesink_schema_registry::{HttpRegistry, HttpRegistryConfig, IdKind};
 
 #[derive(Parser)]
 #[command(
@@ -21,8 +21,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Consume the configured topics and print one line per record: coordinates and where each
-    /// side names its schema (decoding and the sinks come later).
+    /// Consume the configured topics, decode each record and print one JSON line per row
+    /// (the Parquet and PostgreSQL sinks come later).
     Run {
         /// The TOML config file.
         #[arg(short, long)]
@@ -46,7 +46,11 @@ async fn main() -> anyhow::Result<()> {
                 PayloadIds::ContentId => IdKind::ContentId,
                 PayloadIds::GlobalId => IdKind::GlobalId,
             };
-            tail::run(&config.kafka, payload_ids).await
+            let url = config.registry.url.clone().context(
+                "config field `registry.url` is required: the schema registry the topics' schemas are in",
+            )?;
+            let registry = HttpRegistry::new(HttpRegistryConfig::new(url))?;
+            tail::run(&config.kafka, registry, payload_ids).await
         }
     }
 }

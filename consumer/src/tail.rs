@@ -1,18 +1,36 @@
-//! The first pipeline: one consumer group over the configured topics, printing one line per
-//! record. Offsets are stored only after a record is printed (the only "sink" so far), and
-//! committed on shutdown, so a restart resumes after the last printed record.
+//! The first pipeline: one consumer group over the configured topics, each record decoded into
+//! the change model and printed as one JSON line per row. Offsets are stored only once every
+//! record consumed so far has been printed (or recognised as not a row), and committed on
+//! shutdown, so a restart resumes after the last printed record.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::time::Duration;
 
 use anyhow::Context;
+use arrow_array::RecordBatch;
 use lakesink_config::KafkaConfig;
-use lakesink_schema_registry::{IdKind, SchemaRef, Side, unframe};
+use lakesink_schema_registry::{
+    CachedResolver, ChangeBatch, ChangeDecoder, HttpRegistry, IdKind, KafkaRecord,
+};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Headers};
-use rdkafka::{ClientConfig, Message};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use tokio::signal::unix::{SignalKind, signal};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
-pub(crate) async fn run(config: &KafkaConfig, payload_ids: IdKind) -> anyhow::Result<()> {
+/// Print what is decoded after this many records, or after this long without a record.
+const FLUSH_RECORDS: usize = 1024;
+const FLUSH_IDLE: Duration = Duration::from_millis(200);
+
+type Decoder = ChangeDecoder<CachedResolver<HttpRegistry>>;
+
+pub(crate) async fn run(
+    config: &KafkaConfig,
+    registry: HttpRegistry,
+    payload_ids: IdKind,
+) -> anyhow::Result<()> {
     let consumer = consumer(config)?;
     let subscription = match &config.topics_regex {
         // librdkafka treats a topic starting with `^` as a regex.
@@ -26,32 +44,118 @@ pub(crate) async fn run(config: &KafkaConfig, payload_ids: IdKind) -> anyhow::Re
         .with_context(|| format!("subscribing to {topics:?}"))?;
     info!(brokers = %config.brokers, group = %config.group_id, ?topics, "consuming");
 
+    let mut decoder = ChangeDecoder::new(CachedResolver::new(registry), payload_ids, FLUSH_RECORDS);
+    // The next offset to store per partition, once what came before it is printed.
+    let mut consumed: HashMap<(String, i32), i64> = HashMap::new();
+    let mut unflushed = 0;
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     loop {
-        tokio::select! {
+        let next = tokio::select! {
             _ = tokio::signal::ctrl_c() => break,
             _ = term.recv() => break,
-            msg = consumer.recv() => {
-                let msg = match msg {
-                    Ok(msg) => msg,
-                    Err(e) if is_transient(&e) => {
-                        warn!(error = %e, "consumer: waiting");
-                        continue;
-                    }
-                    Err(e) => return Err(e).context("consuming"),
-                };
-                println!("{}", describe(&msg, payload_ids));
-                consumer.store_offset_from_message(&msg).with_context(|| {
-                    format!("storing offset {} of {}[{}]", msg.offset(), msg.topic(), msg.partition())
-                })?;
+            next = tokio::time::timeout(FLUSH_IDLE, consumer.recv()) => next,
+        };
+        match next {
+            Err(_idle) => {
+                flush(&mut decoder, &consumer, &mut consumed)?;
+                unflushed = 0;
+            }
+            Ok(Err(e)) if is_transient(&e) => warn!(error = %e, "consumer: waiting"),
+            Ok(Err(e)) => return Err(e).context("consuming"),
+            Ok(Ok(msg)) => {
+                for batch in push(&mut decoder, &msg).await? {
+                    print(&batch)?;
+                }
+                consumed.insert((msg.topic().to_owned(), msg.partition()), msg.offset() + 1);
+                unflushed += 1;
+                if unflushed >= FLUSH_RECORDS {
+                    flush(&mut decoder, &consumer, &mut consumed)?;
+                    unflushed = 0;
+                }
             }
         }
     }
+    flush(&mut decoder, &consumer, &mut consumed)?;
     match consumer.commit_consumer_state(CommitMode::Sync) {
         Ok(()) => info!("offsets committed, stopping"),
         // Nothing consumed since start: nothing to commit.
         Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => info!("stopping"),
         Err(e) => return Err(e).context("committing offsets on shutdown"),
+    }
+    Ok(())
+}
+
+async fn push(
+    decoder: &mut Decoder,
+    msg: &BorrowedMessage<'_>,
+) -> anyhow::Result<Vec<ChangeBatch>> {
+    // Kafka's lastHeader semantics, as Apicurio reads them.
+    let header = |name: &str| {
+        msg.headers()
+            .and_then(|hs| hs.iter().filter(|h| h.key == name).last())
+            .and_then(|h| h.value)
+    };
+    let pushed = decoder
+        .push(KafkaRecord {
+            topic: msg.topic(),
+            partition: msg.partition(),
+            offset: msg.offset(),
+            timestamp: msg.timestamp().to_millis(),
+            key: msg.key(),
+            value: msg.payload(),
+            headers: &header,
+        })
+        .await?;
+    if let Some(kind) = pushed.skipped {
+        debug!(
+            topic = msg.topic(),
+            partition = msg.partition(),
+            offset = msg.offset(),
+            ?kind,
+            "not a row; skipped"
+        );
+    }
+    Ok(pushed.completed)
+}
+
+/// Prints every open batch, then stores the offsets of everything consumed so far.
+fn flush(
+    decoder: &mut Decoder,
+    consumer: &StreamConsumer,
+    consumed: &mut HashMap<(String, i32), i64>,
+) -> anyhow::Result<()> {
+    for batch in decoder.finish_all()? {
+        print(&batch)?;
+    }
+    if consumed.is_empty() {
+        return Ok(());
+    }
+    let mut offsets = TopicPartitionList::new();
+    for ((topic, partition), next) in consumed.drain() {
+        offsets.add_partition_offset(&topic, partition, Offset::Offset(next))?;
+    }
+    consumer
+        .store_offsets(&offsets)
+        .context("storing offsets")?;
+    Ok(())
+}
+
+/// One JSON line per row: coordinates, op, key and the row images.
+fn print(batch: &ChangeBatch) -> anyhow::Result<()> {
+    let keep: Vec<usize> = ["__offset", "__op", "key", "before", "after"]
+        .iter()
+        .filter_map(|name| batch.rows.schema().index_of(name).ok())
+        .collect();
+    let rows: RecordBatch = batch.rows.project(&keep)?;
+    let mut json = Vec::new();
+    let mut writer = arrow_json::LineDelimitedWriter::new(&mut json);
+    writer.write(&rows)?;
+    writer.finish()?;
+    let mut out = std::io::stdout().lock();
+    for line in json.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        write!(out, "{}[{}] ", batch.topic, batch.partition)?;
+        out.write_all(line)?;
+        out.write_all(b"\n")?;
     }
     Ok(())
 }
@@ -86,52 +190,4 @@ fn consumer(config: &KafkaConfig) -> anyhow::Result<StreamConsumer> {
         cc.set(k, v);
     }
     cc.create().context("creating the Kafka consumer")
-}
-
-fn describe(msg: &BorrowedMessage<'_>, payload_ids: IdKind) -> String {
-    // Kafka's lastHeader semantics, as Apicurio reads them.
-    let header = |name: &str| {
-        msg.headers()
-            .and_then(|hs| hs.iter().filter(|h| h.key == name).last())
-            .and_then(|h| h.value)
-    };
-    let side = |side: Side, payload: Option<&[u8]>| match payload {
-        None => "null".to_owned(),
-        Some(bytes) => match unframe(side, bytes, header, payload_ids) {
-            Ok(f) => format!("{} {}B", schema(&f.schema), f.datum.len()),
-            Err(e) => format!("{}B unframed ({e})", bytes.len()),
-        },
-    };
-    format!(
-        "{}[{}]@{} ts={:?} key={} value={}",
-        msg.topic(),
-        msg.partition(),
-        msg.offset(),
-        msg.timestamp().to_millis(),
-        side(Side::Key, msg.key()),
-        side(Side::Value, msg.payload()),
-    )
-}
-
-fn schema(schema: &SchemaRef) -> String {
-    match schema {
-        SchemaRef::Id {
-            kind: IdKind::GlobalId,
-            id,
-        } => format!("globalId {id}"),
-        SchemaRef::Id {
-            kind: IdKind::ContentId,
-            id,
-        } => format!("contentId {id}"),
-        SchemaRef::Coordinates {
-            artifact_id,
-            version,
-            ..
-        } => {
-            format!(
-                "artifact {artifact_id} v{}",
-                version.as_deref().unwrap_or("latest")
-            )
-        }
-    }
 }

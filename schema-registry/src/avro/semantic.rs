@@ -8,6 +8,7 @@ use std::sync::Arc;
 use arrow_array::{
     Array, ArrayRef, ListArray, RecordBatch, StringArray, StructArray, TimestampMicrosecondArray,
 };
+use arrow_buffer::NullBuffer;
 use arrow_schema::{DataType, Field, FieldRef, Fields, Metadata, Schema, TimeUnit};
 
 use super::decode::DecodeError;
@@ -41,7 +42,7 @@ pub(super) fn apply(batch: RecordBatch) -> Result<RecordBatch, DecodeError> {
     let mut fields = Vec::with_capacity(schema.fields().len());
     let mut columns = Vec::with_capacity(schema.fields().len());
     for (field, column) in schema.fields().iter().zip(batch.columns()) {
-        let (f, c) = convert(field, column.clone())?;
+        let (f, c) = convert(field, column.clone(), None)?;
         fields.push(f);
         columns.push(c);
     }
@@ -68,19 +69,35 @@ fn unquoted(metadata: &Metadata) -> HashMap<String, String> {
 }
 
 /// ZonedTimestamp strings (already validated per datum) to microseconds since the epoch.
-fn zoned_timestamps(column: &ArrayRef) -> Result<TimestampMicrosecondArray, DecodeError> {
+fn zoned_timestamps(
+    column: &ArrayRef,
+    outer: Option<&NullBuffer>,
+) -> Result<TimestampMicrosecondArray, DecodeError> {
     let strings = column
         .as_any()
         .downcast_ref::<StringArray>()
         .ok_or_else(|| internal("ZonedTimestamp column is not Utf8"))?;
     strings
         .iter()
-        .map(|v| v.map(zoned_timestamp_micros).transpose())
+        .enumerate()
+        .map(|(i, v)| v.filter(|_| outer.is_none_or(|n| n.is_valid(i))))
+        .map(|v| {
+            v.map(|text| {
+                zoned_timestamp_micros(text)
+                    .map_err(|e| internal(format!("ZonedTimestamp {text:?}: {e}")))
+            })
+            .transpose()
+        })
         .collect::<Result<TimestampMicrosecondArray, _>>()
-        .map_err(internal)
 }
 
-fn convert(field: &FieldRef, column: ArrayRef) -> Result<(FieldRef, ArrayRef), DecodeError> {
+/// `outer` marks rows whose enclosing struct is null: their child values are placeholders
+/// (arrow-avro writes `""` and `0` there) and are not parsed.
+fn convert(
+    field: &FieldRef,
+    column: ArrayRef,
+    outer: Option<&NullBuffer>,
+) -> Result<(FieldRef, ArrayRef), DecodeError> {
     let metadata = unquoted(field.metadata());
     match field.data_type() {
         DataType::Struct(children) => {
@@ -90,8 +107,9 @@ fn convert(field: &FieldRef, column: ArrayRef) -> Result<(FieldRef, ArrayRef), D
                 .ok_or_else(|| internal("struct column is not a StructArray"))?;
             let mut fields = Vec::with_capacity(children.len());
             let mut columns = Vec::with_capacity(children.len());
+            let nulls = NullBuffer::union(outer, s.nulls());
             for (child, col) in children.iter().zip(s.columns()) {
-                let (f, c) = convert(child, col.clone())?;
+                let (f, c) = convert(child, col.clone(), nulls.as_ref())?;
                 fields.push(f);
                 columns.push(c);
             }
@@ -107,7 +125,8 @@ fn convert(field: &FieldRef, column: ArrayRef) -> Result<(FieldRef, ArrayRef), D
                 .as_any()
                 .downcast_ref::<ListArray>()
                 .ok_or_else(|| internal("list column is not a ListArray"))?;
-            let (item, values) = convert(item, l.values().clone())?;
+            // List values do not line up with rows; a null list holds no values.
+            let (item, values) = convert(item, l.values().clone(), None)?;
             let array = ListArray::try_new(
                 item.clone(),
                 l.offsets().clone(),
@@ -126,7 +145,7 @@ fn convert(field: &FieldRef, column: ArrayRef) -> Result<(FieldRef, ArrayRef), D
                 .and_then(|name| target_type(name, physical));
             let (data_type, column) = match target {
                 Some(t @ DataType::Timestamp(_, Some(_))) => {
-                    let micros = zoned_timestamps(&column)?;
+                    let micros = zoned_timestamps(&column, outer)?;
                     (t.clone(), Arc::new(micros.with_data_type(t)) as ArrayRef)
                 }
                 Some(t) => {

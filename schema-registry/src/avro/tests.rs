@@ -190,3 +190,45 @@ fn full_batches_ask_for_a_flush() {
     assert_eq!(dec.rows(), 0);
     assert!(dec.flush().unwrap().is_none());
 }
+
+#[test]
+fn zoned_timestamps_under_a_null_struct_are_not_parsed() {
+    let schema = json!({"type": "record", "name": "Envelope", "fields": [
+        {"name": "before", "type": ["null", {"type": "record", "name": "Value", "fields": [
+            {"name": "at", "type": {"type": "string", "connect.name": "io.debezium.time.ZonedTimestamp"}}]}]},
+        {"name": "after", "type": ["null", "Value"]}]});
+    let mut dec =
+        AvroBatchDecoder::new(&WriterSchema::parse_text(&schema.to_string()).unwrap(), 4).unwrap();
+    // before: null (arrow-avro leaves a placeholder "" under it), after: a timestamp.
+    let mut d = zigzag(0);
+    d.extend(zigzag(1));
+    d.extend(string("2024-02-29T12:34:56.789012+02:00"));
+    dec.push(&d).unwrap();
+    let batch = dec.flush().unwrap().unwrap();
+    let at = |col: &str| {
+        batch
+            .column_by_name(col)
+            .unwrap()
+            .as_struct()
+            .column(0)
+            .clone()
+    };
+    assert_eq!(
+        at("after").data_type(),
+        &DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
+    );
+    let after = at("after");
+    assert_eq!(
+        after.as_primitive::<TimestampMicrosecondType>().value(0),
+        1_709_202_896_789_012
+    );
+    assert!(at("before").is_null(0));
+    // A timestamp finer than a microsecond is refused at push, not rounded.
+    let mut fine = zigzag(0);
+    fine.extend(zigzag(1));
+    fine.extend(string("2024-02-29T12:34:56.789012345Z"));
+    assert!(matches!(
+        dec.push(&fine),
+        Err(DecodeError::Datum(DatumError::BadTimestamp { .. }))
+    ));
+}
