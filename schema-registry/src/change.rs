@@ -141,6 +141,9 @@ pub struct ChangeDecoder<R> {
     batch_rows: usize,
     prepared: HashMap<SchemaRef, Arc<Prepared>>,
     open: HashMap<(Arc<str>, i32), Open>,
+    /// Closed batches not yet handed over: a record that fails after closing a batch must not
+    /// take that batch down with it.
+    ready: Vec<ChangeBatch>,
 }
 
 impl<R: SchemaResolver> ChangeDecoder<R> {
@@ -152,6 +155,7 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
             batch_rows: batch_rows.max(1),
             prepared: HashMap::new(),
             open: HashMap::new(),
+            ready: Vec::new(),
         }
     }
 
@@ -201,7 +205,7 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
             let p = self.prepare(&v.schema).await.map_err(at(Side::Value))?;
             if let Err(kind) = p.shape {
                 return Ok(Pushed {
-                    completed: Vec::new(),
+                    completed: std::mem::take(&mut self.ready),
                     skipped: Some(kind),
                 });
             }
@@ -215,7 +219,6 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
         let part = (Arc::<str>::from(record.topic), record.partition);
         let key_schema = key.as_ref().map(|k| k.schema.clone());
         let value_schema = value.as_ref().map(|v| v.schema.clone());
-        let mut completed = Vec::new();
         // A new batch when the schemas change; a tombstone joins whatever batch is open.
         let has_room = |d: &Option<AvroBatchDecoder>| d.as_ref().is_none_or(|d| !d.is_full());
         let reuse = self.open.get(&part).is_some_and(|o| {
@@ -227,7 +230,8 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
                 && !(o.shape == ValueShape::KeyOnly && value_schema.is_some())
         });
         if !reuse && let Some(open) = self.open.remove(&part) {
-            completed.push(finish(&part, open).map_err(at(Side::Value))?);
+            self.ready
+                .extend(finish(&part, open).map_err(at(Side::Value))?);
         }
         if !self.open.contains_key(&part) {
             let shape = match &value_prepared {
@@ -286,6 +290,9 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
             }
             (None, _) => None,
         };
+        if open.offsets.len() == 0 {
+            open.first_offset = record.offset;
+        }
         open.offsets.append_value(record.offset);
         open.timestamps.append_option(record.timestamp);
         open.tombstones.append_value(value.is_none());
@@ -293,37 +300,40 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
         open.value_rows.push(value_row);
         open.last_offset = record.offset;
         Ok(Pushed {
-            completed,
+            completed: std::mem::take(&mut self.ready),
             skipped: None,
         })
     }
 
-    /// Closes the open batch of one partition (on revoke, or before a flush of the sinks).
+    /// Hands over every batch of one partition, the open one closed (on revoke, or before a
+    /// flush of the sinks).
     pub fn finish_partition(
         &mut self,
         topic: &str,
         partition: i32,
-    ) -> Result<Option<ChangeBatch>, ChangeError> {
+    ) -> Result<Vec<ChangeBatch>, ChangeError> {
+        let (mut out, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.ready)
+            .into_iter()
+            .partition(|b| &*b.topic == topic && b.partition == partition);
+        self.ready = rest;
         let part = (Arc::<str>::from(topic), partition);
-        match self.open.remove(&part) {
-            None => Ok(None),
-            Some(open) => {
-                let offset = open.last_offset;
-                finish(&part, open).map(Some).map_err(|kind| ChangeError {
-                    topic: topic.to_owned(),
-                    partition,
-                    offset,
-                    side: Side::Value,
-                    kind,
-                })
-            }
+        if let Some(open) = self.open.remove(&part) {
+            let offset = open.last_offset;
+            out.extend(finish(&part, open).map_err(|kind| ChangeError {
+                topic: topic.to_owned(),
+                partition,
+                offset,
+                side: Side::Value,
+                kind,
+            })?);
         }
+        Ok(out)
     }
 
-    /// Closes every open batch.
+    /// Closes every open batch; with the closed ones not handed over yet.
     pub fn finish_all(&mut self) -> Result<Vec<ChangeBatch>, ChangeError> {
         let parts: Vec<(Arc<str>, i32)> = self.open.keys().cloned().collect();
-        let mut out = Vec::new();
+        let mut out = std::mem::take(&mut self.ready);
         for (topic, partition) in parts {
             out.extend(self.finish_partition(&topic, partition)?);
         }
@@ -371,9 +381,13 @@ fn pick(decoded: &RecordBatch, rows: &[Option<u32>]) -> Result<Vec<ArrayRef>, Ch
         .collect()
 }
 
-fn finish(part: &(Arc<str>, i32), mut open: Open) -> Result<ChangeBatch, ChangeErrorKind> {
+/// The open batch as a [`ChangeBatch`]; None when every record pushed into it failed.
+fn finish(part: &(Arc<str>, i32), mut open: Open) -> Result<Option<ChangeBatch>, ChangeErrorKind> {
     let model = |e: arrow_schema::ArrowError| ChangeErrorKind::Model(e.to_string());
     let n = open.offsets.len();
+    if n == 0 {
+        return Ok(None);
+    }
     let mut fields = vec![
         Field::new("__offset", DataType::Int64, false),
         Field::new(
@@ -487,7 +501,7 @@ fn finish(part: &(Arc<str>, i32), mut open: Open) -> Result<ChangeBatch, ChangeE
     }
     columns[2] = Arc::new(op_column.finish());
     let rows = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).map_err(model)?;
-    Ok(ChangeBatch {
+    Ok(Some(ChangeBatch {
         topic: part.0.clone(),
         partition: part.1,
         first_offset: open.first_offset,
@@ -496,7 +510,7 @@ fn finish(part: &(Arc<str>, i32), mut open: Open) -> Result<ChangeBatch, ChangeE
         value_schema: open.value_schema,
         shape: open.shape,
         rows,
-    })
+    }))
 }
 
 #[cfg(test)]

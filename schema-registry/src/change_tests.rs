@@ -326,3 +326,28 @@ async fn a_tombstone_before_any_value_opens_a_key_only_batch() {
     assert_eq!(pushed.completed[0].shape, ValueShape::KeyOnly);
     assert_eq!(ops(&pushed.completed[0]), ["d"]);
 }
+
+#[tokio::test]
+async fn a_record_failing_after_a_schema_change_keeps_the_closed_batch() {
+    let mut dec = ChangeDecoder::new(resolver(), IdKind::ContentId, 100);
+    let k = key(1);
+    push(
+        &mut dec,
+        0,
+        Some(&k),
+        Some(&envelope(None, Some((1, "a")), "c")),
+    )
+    .await
+    .unwrap();
+    // A v2 record that closes the v1 batch, then fails to decode.
+    let mut v2 = envelope(None, Some((2, "b")), "r");
+    v2[4] = ENVELOPE_V2 as u8;
+    assert!(push(&mut dec, 1, Some(&k), Some(&v2)).await.is_err());
+    let batches = dec.finish_partition("t.public.x", 3).unwrap();
+    let spans: Vec<(i64, i64)> = batches
+        .iter()
+        .map(|b| (b.first_offset, b.last_offset))
+        .collect();
+    assert_eq!(spans, [(0, 0)]);
+    assert!(dec.finish_all().unwrap().is_empty());
+}
