@@ -43,12 +43,62 @@ pub struct KafkaConfig {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct RegistryConfig {
-    /// Base URL, e.g. `http://127.0.0.1:8080`.
+    /// Base URL, e.g. `http://127.0.0.1:8080`, or one ending in an API path.
     pub url: Option<String>,
+    /// The API, when the URL does not end in one: Apicurio v3 by default.
+    pub api: Option<RegistryApi>,
     /// What an id framed in the payload (`0x00 | id`) names. Apicurio 3.x and Confluent
     /// converters write contentIds; Apicurio 2.x with headers off writes globalIds.
     #[serde(default)]
     pub payload_ids: PayloadIds,
+    /// HTTP basic auth.
+    pub username: Option<String>,
+    pub password: Option<Secret>,
+    /// OAuth 2 client credentials (Keycloak and other OIDC providers).
+    pub oauth: Option<OAuthConfig>,
+    /// A PEM file of extra CA certificates to trust.
+    pub ca_file: Option<std::path::PathBuf>,
+    /// Per-request timeout, milliseconds.
+    #[serde(default = "default_registry_timeout_ms")]
+    pub timeout_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RegistryApi {
+    ApicurioV3,
+    ApicurioV2,
+    Ccompat,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct OAuthConfig {
+    pub token_url: String,
+    pub client_id: String,
+    pub client_secret: Secret,
+    pub scope: Option<String>,
+}
+
+/// A value that is never printed: `Debug` shows `****`.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("****")
+    }
+}
+
+fn default_registry_timeout_ms() -> u64 {
+    10_000
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -129,6 +179,19 @@ impl Config {
             return Err(ConfigError::Invalid {
                 field: "kafka.group-id",
                 reason: "must not be empty".into(),
+            });
+        }
+        let r = &self.registry;
+        if r.password.is_some() && r.username.is_none() {
+            return Err(ConfigError::Invalid {
+                field: "registry.username",
+                reason: "a password is set without a username".into(),
+            });
+        }
+        if r.username.is_some() && r.oauth.is_some() {
+            return Err(ConfigError::Invalid {
+                field: "registry.oauth",
+                reason: "use basic auth (username, password) or oauth, not both".into(),
             });
         }
         match (k.topics.is_empty(), &k.topics_regex) {
@@ -218,6 +281,30 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn registry_secrets_are_never_printed() {
+        let text = format!(
+            "{BASE}[registry]\nurl = \"http://r\"\napi = \"ccompat\"\n[registry.oauth]\ntoken-url = \"http://idp/token\"\nclient-id = \"ls\"\nclient-secret = \"hunter2\"\n"
+        );
+        let c = parse(&text, &[]).expect("valid");
+        assert_eq!(c.registry.api, Some(RegistryApi::Ccompat));
+        let oauth = c.registry.oauth.as_ref().expect("oauth");
+        assert_eq!(oauth.client_secret.expose(), "hunter2");
+        assert!(!format!("{c:?}").contains("hunter2"));
+        assert_eq!(c.registry.timeout_ms, 10_000);
+        let err = parse(&text, &[("LAKESINK__REGISTRY__USERNAME", "u")]).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ConfigError::Invalid {
+                    field: "registry.oauth",
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 
     #[test]

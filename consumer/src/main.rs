@@ -3,11 +3,12 @@
 mod tail;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use lakesink_config::{Config, PayloadIds};
-use lakesink_schema_registry::{HttpRegistry, HttpRegistryConfig, IdKind};
+use lakesink_config::{Config, PayloadIds, RegistryApi, RegistryConfig};
+use lakesink_schema_registry::{Api, Auth, HttpRegistry, HttpRegistryConfig, IdKind};
 
 #[derive(Parser)]
 #[command(
@@ -46,11 +47,45 @@ async fn main() -> anyhow::Result<()> {
                 PayloadIds::ContentId => IdKind::ContentId,
                 PayloadIds::GlobalId => IdKind::GlobalId,
             };
-            let url = config.registry.url.clone().context(
-                "config field `registry.url` is required: the schema registry the topics' schemas are in",
-            )?;
-            let registry = HttpRegistry::new(HttpRegistryConfig::new(url))?;
+            let registry = HttpRegistry::new(registry_config(&config.registry)?)?;
             tail::run(&config.kafka, registry, payload_ids).await
         }
     }
+}
+
+fn registry_config(r: &RegistryConfig) -> anyhow::Result<HttpRegistryConfig> {
+    let url = r.url.clone().context(
+        "config field `registry.url` is required: the schema registry the topics' schemas are in",
+    )?;
+    let mut c = HttpRegistryConfig::new(url);
+    c.api = r.api.map(|api| match api {
+        RegistryApi::ApicurioV3 => Api::ApicurioV3,
+        RegistryApi::ApicurioV2 => Api::ApicurioV2,
+        RegistryApi::Ccompat => Api::Ccompat,
+    });
+    c.timeout = Duration::from_millis(r.timeout_ms);
+    c.auth = match (&r.username, &r.oauth) {
+        (Some(username), _) => Auth::Basic {
+            username: username.clone(),
+            password: r
+                .password
+                .as_ref()
+                .map(|p| p.expose().to_owned())
+                .unwrap_or_default(),
+        },
+        (None, Some(o)) => Auth::ClientCredentials {
+            token_url: o.token_url.clone(),
+            client_id: o.client_id.clone(),
+            client_secret: o.client_secret.expose().to_owned(),
+            scope: o.scope.clone(),
+        },
+        (None, None) => Auth::None,
+    };
+    if let Some(path) = &r.ca_file {
+        c.ca_pem = Some(
+            std::fs::read(path)
+                .with_context(|| format!("reading registry.ca-file {}", path.display()))?,
+        );
+    }
+    Ok(c)
 }

@@ -78,11 +78,16 @@ impl AvroBatchDecoder {
                     }
                 }
             }
-            other => {
-                return Err(DecodeError::Schema(format!(
-                    "the root is {other:?}, not a record"
-                )));
-            }
+            // A bare key or value (a string key, say): a record of one field has the same
+            // datum as the field, so it decodes as a one-column record named `value`.
+            _ => (
+                Root::Record,
+                serde_json::json!({
+                    "type": "record",
+                    "name": "lakesink_wrapped",
+                    "fields": [{"name": "value", "type": schema.json}]
+                }),
+            ),
         };
         let mut store = SchemaStore::new();
         let fingerprint = store

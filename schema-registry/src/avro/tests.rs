@@ -232,3 +232,14 @@ fn zoned_timestamps_under_a_null_struct_are_not_parsed() {
         Err(DecodeError::Datum(DatumError::BadTimestamp { .. }))
     ));
 }
+
+#[test]
+fn a_bare_primitive_root_decodes_as_one_column() {
+    let schema = WriterSchema::parse_text(r#"{"type": "string", "connect.name": "x"}"#).unwrap();
+    let mut dec = AvroBatchDecoder::new(&schema, 4).unwrap();
+    dec.push(&string("k-1")).unwrap();
+    assert!(dec.push(&[0x03]).is_err());
+    let batch = dec.flush().unwrap().unwrap();
+    assert_eq!(batch.schema().field(0).name(), "value");
+    assert_eq!(batch.column(0).as_string::<i32>().value(0), "k-1");
+}
