@@ -19,7 +19,7 @@ use arrow_array::{Array, ArrayRef, RecordBatch, StructArray, UInt32Array};
 use arrow_schema::{DataType, Field, Schema, TimeUnit};
 
 use crate::avro::{AvroBatchDecoder, DecodeError, Node, SchemaError, WriterSchema};
-use crate::framing::{FramingError, IdKind, SchemaRef, Side, unframe};
+use crate::framing::{Framed, FramingError, IdKind, SchemaRef, Side, unframe};
 use crate::registry::{RegistryError, SchemaResolver};
 
 /// One Kafka record, as plain values.
@@ -264,32 +264,8 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
             .get_mut(&part)
             .ok_or_else(|| at(Side::Value)(ChangeErrorKind::Model("no open batch".into())))?;
         // Key first: if the value then fails, the key row is left unused, never misaligned.
-        let key_row = match (&key, open.keys.as_mut()) {
-            (Some(k), Some(d)) => {
-                let row = d.rows() as u32;
-                d.push(k.datum).map_err(|e| at(Side::Key)(e.into()))?;
-                Some(row)
-            }
-            (Some(_), None) => {
-                return Err(at(Side::Key)(ChangeErrorKind::Model(
-                    "a keyed record in a batch opened by a keyless one".into(),
-                )));
-            }
-            (None, _) => None,
-        };
-        let value_row = match (&value, open.values.as_mut()) {
-            (Some(v), Some(d)) => {
-                let row = d.rows() as u32;
-                d.push(v.datum).map_err(|e| at(Side::Value)(e.into()))?;
-                Some(row)
-            }
-            (Some(_), None) => {
-                return Err(at(Side::Value)(ChangeErrorKind::Model(
-                    "a value in a key-only batch".into(),
-                )));
-            }
-            (None, _) => None,
-        };
+        let key_row = append(key.as_ref(), open.keys.as_mut()).map_err(at(Side::Key))?;
+        let value_row = append(value.as_ref(), open.values.as_mut()).map_err(at(Side::Value))?;
         if open.offsets.len() == 0 {
             open.first_offset = record.offset;
         }
@@ -338,6 +314,25 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
             out.extend(self.finish_partition(&topic, partition)?);
         }
         Ok(out)
+    }
+}
+
+/// Pushes one side's datum into its decoder: the row it landed in, None when the side is absent.
+fn append(
+    framed: Option<&Framed<'_>>,
+    decoder: Option<&mut AvroBatchDecoder>,
+) -> Result<Option<u32>, ChangeErrorKind> {
+    match (framed, decoder) {
+        (Some(f), Some(d)) => {
+            let row = d.rows() as u32;
+            d.push(f.datum)?;
+            Ok(Some(row))
+        }
+        // Batches split on schema changes, so this cannot happen; refuse rather than misalign.
+        (Some(_), None) => Err(ChangeErrorKind::Model(
+            "a record side the open batch has no decoder for".into(),
+        )),
+        (None, _) => Ok(None),
     }
 }
 

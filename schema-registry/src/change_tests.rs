@@ -94,6 +94,16 @@ async fn push(
     .await
 }
 
+/// A v2 envelope (one more field, `ts_us`); without it when `complete` is false.
+fn envelope_v2(id: i64, complete: bool) -> Vec<u8> {
+    let mut v2 = envelope(None, Some((id, "b")), "r");
+    v2[4] = ENVELOPE_V2 as u8;
+    if complete {
+        v2.extend(zigzag(0));
+    }
+    v2
+}
+
 fn ops(batch: &ChangeBatch) -> Vec<&str> {
     batch
         .rows
@@ -235,10 +245,9 @@ async fn a_new_writer_schema_closes_the_batch() {
     )
     .await
     .unwrap();
-    let mut v2 = envelope(None, Some((2, "b")), "r");
-    v2[4] = ENVELOPE_V2 as u8;
-    v2.extend(zigzag(0));
-    let pushed = push(&mut dec, 1, Some(&k), Some(&v2)).await.unwrap();
+    let pushed = push(&mut dec, 1, Some(&k), Some(&envelope_v2(2, true)))
+        .await
+        .unwrap();
     assert_eq!(pushed.completed.len(), 1);
     assert_eq!(pushed.completed[0].last_offset, 0);
     let rest = dec.finish_all().unwrap();
@@ -340,9 +349,8 @@ async fn a_record_failing_after_a_schema_change_keeps_the_closed_batch() {
     .await
     .unwrap();
     // A v2 record that closes the v1 batch, then fails to decode.
-    let mut v2 = envelope(None, Some((2, "b")), "r");
-    v2[4] = ENVELOPE_V2 as u8;
-    assert!(push(&mut dec, 1, Some(&k), Some(&v2)).await.is_err());
+    let truncated = envelope_v2(2, false);
+    assert!(push(&mut dec, 1, Some(&k), Some(&truncated)).await.is_err());
     let batches = dec.finish_partition("t.public.x", 3).unwrap();
     let spans: Vec<(i64, i64)> = batches
         .iter()
