@@ -37,6 +37,20 @@ pub struct KafkaConfig {
     /// Extra librdkafka properties (`"security.protocol" = "SSL"`), passed through as is.
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
+    /// How keys and values are encoded.
+    #[serde(default)]
+    pub format: RecordFormat,
+}
+
+/// The converter the topics were written with.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RecordFormat {
+    /// Avro with a schema registry (Apicurio or Confluent converters).
+    #[default]
+    Avro,
+    /// Kafka Connect's JsonConverter with `schemas.enable=true`.
+    ConnectJson,
 }
 
 /// The schema registry the records' writer schemas come from.
@@ -230,6 +244,7 @@ mod tests {
         assert_eq!(c.kafka.topics_regex.as_deref(), Some("^demo\\..*"));
         assert!(c.kafka.properties.is_empty());
         assert_eq!(c.registry.payload_ids, PayloadIds::ContentId);
+        assert_eq!(c.kafka.format, RecordFormat::Avro);
     }
 
     #[test]

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use lakesink_config::{Config, PayloadIds, RegistryApi, RegistryConfig};
-use lakesink_schema_registry::{Api, Auth, HttpRegistry, HttpRegistryConfig, IdKind};
+use lakesink_config::{Config, PayloadIds, RecordFormat, RegistryApi, RegistryConfig};
+use lakesink_schema_registry::{Api, Auth, Format, HttpRegistry, HttpRegistryConfig, IdKind};
 
 #[derive(Parser)]
 #[command(
@@ -43,20 +43,30 @@ async fn main() -> anyhow::Result<()> {
         Command::Run { config } => {
             let config =
                 Config::load(&config).with_context(|| format!("loading {}", config.display()))?;
-            let payload_ids = match config.registry.payload_ids {
-                PayloadIds::ContentId => IdKind::ContentId,
-                PayloadIds::GlobalId => IdKind::GlobalId,
+            let format = match config.kafka.format {
+                RecordFormat::ConnectJson => Format::ConnectJson,
+                RecordFormat::Avro => Format::Avro {
+                    payload_ids: match config.registry.payload_ids {
+                        PayloadIds::ContentId => IdKind::ContentId,
+                        PayloadIds::GlobalId => IdKind::GlobalId,
+                    },
+                },
             };
-            let registry = HttpRegistry::new(registry_config(&config.registry)?)?;
-            tail::run(&config.kafka, registry, payload_ids).await
+            let registry = HttpRegistry::new(registry_config(&config.registry, format)?)?;
+            tail::run(&config.kafka, registry, format).await
         }
     }
 }
 
-fn registry_config(r: &RegistryConfig) -> anyhow::Result<HttpRegistryConfig> {
-    let url = r.url.clone().context(
-        "config field `registry.url` is required: the schema registry the topics' schemas are in",
-    )?;
+fn registry_config(r: &RegistryConfig, format: Format) -> anyhow::Result<HttpRegistryConfig> {
+    let url = match (&r.url, format) {
+        (Some(url), _) => url.clone(),
+        // JSON records carry their schemas; the client is never asked.
+        (None, Format::ConnectJson) => "http://127.0.0.1:8080".to_owned(),
+        (None, Format::Avro { .. }) => anyhow::bail!(
+            "config field `registry.url` is required for Avro topics: the schema registry their schemas are in"
+        ),
+    };
     let mut c = HttpRegistryConfig::new(url);
     c.api = r.api.map(|api| match api {
         RegistryApi::ApicurioV3 => Api::ApicurioV3,

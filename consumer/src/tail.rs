@@ -11,7 +11,7 @@ use anyhow::Context;
 use arrow_array::RecordBatch;
 use lakesink_config::KafkaConfig;
 use lakesink_schema_registry::{
-    CachedResolver, ChangeBatch, ChangeDecoder, HttpRegistry, IdKind, KafkaRecord,
+    CachedResolver, ChangeBatch, ChangeDecoder, Format, HttpRegistry, KafkaRecord,
 };
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -29,7 +29,7 @@ type Decoder = ChangeDecoder<CachedResolver<HttpRegistry>>;
 pub(crate) async fn run(
     config: &KafkaConfig,
     registry: HttpRegistry,
-    payload_ids: IdKind,
+    format: Format,
 ) -> anyhow::Result<()> {
     let consumer = consumer(config)?;
     let subscription = match &config.topics_regex {
@@ -44,7 +44,7 @@ pub(crate) async fn run(
         .with_context(|| format!("subscribing to {topics:?}"))?;
     info!(brokers = %config.brokers, group = %config.group_id, ?topics, "consuming");
 
-    let mut decoder = ChangeDecoder::new(CachedResolver::new(registry), payload_ids, FLUSH_RECORDS);
+    let mut decoder = ChangeDecoder::new(CachedResolver::new(registry), format, FLUSH_RECORDS);
     // The next offset to store per partition, once what came before it is printed.
     let mut consumed: HashMap<(String, i32), i64> = HashMap::new();
     let mut unflushed = 0;

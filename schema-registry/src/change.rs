@@ -8,6 +8,7 @@
 //! `after` holding the flattened record. A tombstone joins the open batch of its partition with
 //! nulls in the value columns, so delete + tombstone pairs never split batches.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -19,7 +20,8 @@ use arrow_array::{Array, ArrayRef, RecordBatch, StructArray, UInt32Array};
 use arrow_schema::{DataType, Field, Schema, TimeUnit};
 
 use crate::avro::{AvroBatchDecoder, DecodeError, Node, SchemaError, WriterSchema};
-use crate::framing::{Framed, FramingError, IdKind, SchemaRef, Side, unframe};
+use crate::connect_json::{self, JsonError};
+use crate::framing::{FramingError, IdKind, SchemaRef, Side, unframe};
 use crate::registry::{RegistryError, SchemaResolver};
 
 /// One Kafka record, as plain values.
@@ -101,7 +103,25 @@ pub enum ChangeErrorKind {
     #[error("{0}")]
     Decode(#[from] DecodeError),
     #[error("{0}")]
+    Json(#[from] JsonError),
+    #[error("{0}")]
     Model(String),
+}
+
+/// How the records' keys and values are encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Avro with a schema registry (Apicurio or Confluent framing); `payload_ids` says what an
+    /// id framed in the payload is.
+    Avro { payload_ids: IdKind },
+    /// Kafka Connect's JsonConverter with `schemas.enable=true`.
+    ConnectJson,
+}
+
+/// One side of a record: the schema it names and its Avro datum.
+struct Split<'a> {
+    schema: SchemaRef,
+    datum: Cow<'a, [u8]>,
 }
 
 impl ChangeError {
@@ -137,7 +157,7 @@ struct Open {
 /// Decodes records into [`ChangeBatch`]es, holding one open batch per partition.
 pub struct ChangeDecoder<R> {
     resolver: R,
-    payload_ids: IdKind,
+    format: Format,
     batch_rows: usize,
     prepared: HashMap<SchemaRef, Arc<Prepared>>,
     open: HashMap<(Arc<str>, i32), Open>,
@@ -147,15 +167,53 @@ pub struct ChangeDecoder<R> {
 }
 
 impl<R: SchemaResolver> ChangeDecoder<R> {
-    /// `batch_rows` bounds the rows of one batch; `payload_ids` says what a payload-framed id is.
-    pub fn new(resolver: R, payload_ids: IdKind, batch_rows: usize) -> Self {
+    /// `batch_rows` bounds the rows of one batch.
+    pub fn new(resolver: R, format: Format, batch_rows: usize) -> Self {
         Self {
             resolver,
-            payload_ids,
+            format,
             batch_rows: batch_rows.max(1),
             prepared: HashMap::new(),
             open: HashMap::new(),
             ready: Vec::new(),
+        }
+    }
+
+    /// One side of a record: the schema it names and its Avro datum (converted from JSON for
+    /// JsonConverter topics, whose schema is registered here on first sight).
+    fn split<'a>(
+        &mut self,
+        side: Side,
+        bytes: &'a [u8],
+        headers: &dyn Fn(&str) -> Option<&'a [u8]>,
+    ) -> Result<Split<'a>, ChangeErrorKind> {
+        match self.format {
+            Format::Avro { payload_ids } => {
+                let f = unframe(side, bytes, headers, payload_ids)?;
+                Ok(Split {
+                    schema: f.schema,
+                    datum: Cow::Borrowed(f.datum),
+                })
+            }
+            Format::ConnectJson => {
+                let c = connect_json::convert(bytes)?;
+                let schema = SchemaRef::Inline {
+                    fingerprint: c.fingerprint,
+                };
+                if !self.prepared.contains_key(&schema) {
+                    let parsed = WriterSchema::parse_text(&c.avro_schema.to_string())?;
+                    let shape = classify(&parsed.root);
+                    let prepared = Arc::new(Prepared {
+                        schema: parsed,
+                        shape,
+                    });
+                    self.prepared.insert(schema.clone(), prepared);
+                }
+                Ok(Split {
+                    schema,
+                    datum: Cow::Owned(c.datum),
+                })
+            }
         }
     }
 
@@ -186,19 +244,20 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
                 kind,
             }
         };
-        let ids = self.payload_ids;
-        let frame =
-            |side, bytes| unframe(side, bytes, record.headers, ids).map_err(ChangeErrorKind::from);
-        let key = record
-            .key
-            .map(|k| frame(Side::Key, k))
-            .transpose()
-            .map_err(at(Side::Key))?;
-        let value = record
-            .value
-            .map(|v| frame(Side::Value, v))
-            .transpose()
-            .map_err(at(Side::Value))?;
+        let key = match record.key {
+            Some(k) => Some(
+                self.split(Side::Key, k, record.headers)
+                    .map_err(at(Side::Key))?,
+            ),
+            None => None,
+        };
+        let value = match record.value {
+            Some(v) => Some(
+                self.split(Side::Value, v, record.headers)
+                    .map_err(at(Side::Value))?,
+            ),
+            None => None,
+        };
 
         let mut value_prepared = None;
         if let Some(v) = &value {
@@ -319,13 +378,13 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
 
 /// Pushes one side's datum into its decoder: the row it landed in, None when the side is absent.
 fn append(
-    framed: Option<&Framed<'_>>,
+    side: Option<&Split<'_>>,
     decoder: Option<&mut AvroBatchDecoder>,
 ) -> Result<Option<u32>, ChangeErrorKind> {
-    match (framed, decoder) {
+    match (side, decoder) {
         (Some(f), Some(d)) => {
             let row = d.rows() as u32;
-            d.push(f.datum)?;
+            d.push(&f.datum)?;
             Ok(Some(row))
         }
         // Batches split on schema changes, so this cannot happen; refuse rather than misalign.

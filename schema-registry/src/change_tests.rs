@@ -6,6 +6,9 @@ use super::*;
 use crate::avro::testing::{string, zigzag};
 use crate::registry::FixedResolver;
 
+const AVRO: Format = Format::Avro {
+    payload_ids: IdKind::ContentId,
+};
 const KEY: i64 = 1;
 const ENVELOPE: i64 = 2;
 const HEARTBEAT: i64 = 3;
@@ -117,7 +120,7 @@ fn ops(batch: &ChangeBatch) -> Vec<&str> {
 
 #[tokio::test]
 async fn inserts_updates_deletes_and_tombstones_share_one_batch() {
-    let mut dec = ChangeDecoder::new(resolver(), IdKind::ContentId, 100);
+    let mut dec = ChangeDecoder::new(resolver(), AVRO, 100);
     let k = key(7);
     push(
         &mut dec,
@@ -185,7 +188,7 @@ async fn inserts_updates_deletes_and_tombstones_share_one_batch() {
 
 #[tokio::test]
 async fn a_bad_record_names_its_coordinates_and_spoils_nothing() {
-    let mut dec = ChangeDecoder::new(resolver(), IdKind::ContentId, 100);
+    let mut dec = ChangeDecoder::new(resolver(), AVRO, 100);
     let k = key(1);
     push(
         &mut dec,
@@ -235,7 +238,7 @@ async fn a_bad_record_names_its_coordinates_and_spoils_nothing() {
 
 #[tokio::test]
 async fn a_new_writer_schema_closes_the_batch() {
-    let mut dec = ChangeDecoder::new(resolver(), IdKind::ContentId, 100);
+    let mut dec = ChangeDecoder::new(resolver(), AVRO, 100);
     let k = key(1);
     push(
         &mut dec,
@@ -263,7 +266,7 @@ async fn a_new_writer_schema_closes_the_batch() {
 
 #[tokio::test]
 async fn heartbeats_are_skipped_not_rows() {
-    let mut dec = ChangeDecoder::new(resolver(), IdKind::ContentId, 100);
+    let mut dec = ChangeDecoder::new(resolver(), AVRO, 100);
     let hb = framed(HEARTBEAT, zigzag(5));
     let pushed = push(&mut dec, 0, None, Some(&hb)).await.unwrap();
     assert_eq!(pushed.skipped, Some(NonData::Heartbeat));
@@ -272,7 +275,7 @@ async fn heartbeats_are_skipped_not_rows() {
 
 #[tokio::test]
 async fn keyless_and_flattened_records() {
-    let mut dec = ChangeDecoder::new(resolver(), IdKind::ContentId, 100);
+    let mut dec = ChangeDecoder::new(resolver(), AVRO, 100);
     let flat = |id: i64, deleted: &str| {
         let mut d = zigzag(id);
         d.extend(zigzag(1));
@@ -298,7 +301,7 @@ async fn keyless_and_flattened_records() {
 
 #[tokio::test]
 async fn full_batches_are_handed_over() {
-    let mut dec = ChangeDecoder::new(resolver(), IdKind::ContentId, 2);
+    let mut dec = ChangeDecoder::new(resolver(), AVRO, 2);
     let k = key(1);
     let v = envelope(None, Some((1, "a")), "c");
     let mut completed = Vec::new();
@@ -320,7 +323,7 @@ async fn full_batches_are_handed_over() {
 
 #[tokio::test]
 async fn a_tombstone_before_any_value_opens_a_key_only_batch() {
-    let mut dec = ChangeDecoder::new(resolver(), IdKind::ContentId, 100);
+    let mut dec = ChangeDecoder::new(resolver(), AVRO, 100);
     let k = key(4);
     push(&mut dec, 0, Some(&k), None).await.unwrap();
     let pushed = push(
@@ -338,7 +341,7 @@ async fn a_tombstone_before_any_value_opens_a_key_only_batch() {
 
 #[tokio::test]
 async fn a_record_failing_after_a_schema_change_keeps_the_closed_batch() {
-    let mut dec = ChangeDecoder::new(resolver(), IdKind::ContentId, 100);
+    let mut dec = ChangeDecoder::new(resolver(), AVRO, 100);
     let k = key(1);
     push(
         &mut dec,

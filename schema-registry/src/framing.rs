@@ -55,6 +55,11 @@ pub enum SchemaRef {
         artifact_id: String,
         version: Option<String>,
     },
+    /// A schema the record carries itself (JsonConverter with `schemas.enable=true`),
+    /// by fingerprint.
+    Inline {
+        fingerprint: u64,
+    },
 }
 
 impl fmt::Display for SchemaRef {
@@ -78,6 +83,7 @@ impl fmt::Display for SchemaRef {
                 group_id.as_deref().unwrap_or("default"),
                 version.as_deref().unwrap_or("latest")
             ),
+            SchemaRef::Inline { fingerprint } => write!(f, "inline schema {fingerprint:016x}"),
         }
     }
 }

@@ -5,11 +5,12 @@
 
 pub mod avro;
 pub mod change;
+pub mod connect_json;
 pub mod framing;
 pub mod registry;
 
 pub use change::{
-    ChangeBatch, ChangeDecoder, ChangeError, KafkaRecord, NonData, Pushed, ValueShape,
+    ChangeBatch, ChangeDecoder, ChangeError, Format, KafkaRecord, NonData, Pushed, ValueShape,
 };
 pub use framing::{Encoding, Framed, FramingError, IdKind, SchemaRef, Side, unframe};
 pub use registry::{

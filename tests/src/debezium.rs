@@ -12,11 +12,21 @@ use sqlx::postgres::PgPool;
 
 use crate::{Stack, eventually, unique, unreachable};
 
+/// The converter the connector writes keys and values with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Converter {
+    /// The Apicurio Avro converter, registering schemas in the stack's registry.
+    ApicurioAvro,
+    /// Kafka Connect's JsonConverter with `schemas.enable=true`.
+    Json,
+}
+
 /// A connector named like its table, publishing to `<name>.public.<name>`.
 pub struct Connector {
     pub name: String,
     pub table: String,
     pub topic: String,
+    converter: Converter,
     stack: Stack,
     http: reqwest::Client,
 }
@@ -25,8 +35,14 @@ impl Connector {
     /// Registers a connector over `public.<name>`, with the Apicurio Avro converter for keys
     /// and values, and waits until its task runs.
     pub async fn start(stack: &Stack, name: &str) -> Self {
+        Self::start_with(stack, name, Converter::ApicurioAvro).await
+    }
+
+    /// As [`Connector::start`], with the given converter.
+    pub async fn start_with(stack: &Stack, name: &str, converter: Converter) -> Self {
         let table = format!("public.{name}");
         let c = Self {
+            converter,
             name: name.to_owned(),
             topic: format!("{name}.{table}"),
             table,
@@ -76,7 +92,7 @@ impl Connector {
     fn config(&self) -> Value {
         let pg = reqwest::Url::parse(&self.stack.source_pg_url).expect("source url");
         let registry = format!("{}/apis/registry/v2", self.stack.registry_url);
-        json!({
+        let mut config = json!({
             "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
             "plugin.name": "pgoutput",
             "database.hostname": pg.host_str(), "database.port": pg.port().unwrap_or(5432).to_string(),
@@ -91,7 +107,15 @@ impl Connector {
             "value.converter": "io.apicurio.registry.utils.converter.AvroConverter",
             "value.converter.apicurio.registry.url": registry,
             "value.converter.apicurio.registry.auto-register": "true",
-        })
+        });
+        if self.converter == Converter::Json {
+            for side in ["key", "value"] {
+                config[format!("{side}.converter")] =
+                    json!("org.apache.kafka.connect.json.JsonConverter");
+                config[format!("{side}.converter.schemas.enable")] = json!("true");
+            }
+        }
+        config
     }
 
     /// Reads `n` records from the connector's topic, from the beginning.

@@ -8,9 +8,9 @@ use arrow_array::{Array, StructArray};
 use arrow_schema::{DataType, TimeUnit};
 use chrono::{NaiveDate, NaiveTime, TimeZone, Utc};
 use lakesink_schema_registry::{
-    CachedResolver, ChangeDecoder, HttpRegistry, HttpRegistryConfig, IdKind, KafkaRecord,
+    CachedResolver, ChangeDecoder, Format, HttpRegistry, HttpRegistryConfig, IdKind, KafkaRecord,
 };
-use lakesink_tests::debezium::{Connector, header};
+use lakesink_tests::debezium::{Connector, Converter, header};
 use lakesink_tests::{Stack, unique, unreachable};
 use rdkafka::Message;
 use sqlx::AssertSqlSafe;
@@ -74,7 +74,13 @@ async fn every_postgres_type_decodes_losslessly() {
     let registry = CachedResolver::new(
         HttpRegistry::new(HttpRegistryConfig::new(&stack.registry_url)).expect("registry"),
     );
-    let mut decoder = ChangeDecoder::new(registry, IdKind::ContentId, 1024);
+    let mut decoder = ChangeDecoder::new(
+        registry,
+        Format::Avro {
+            payload_ids: IdKind::ContentId,
+        },
+        1024,
+    );
     for msg in &records {
         let headers = |h: &str| header(msg, h);
         let pushed = decoder
@@ -342,4 +348,103 @@ fn variable_scale_decimal(s: &StructArray, row: usize) -> String {
         text.insert(text.len() - scale, '.');
     }
     text
+}
+
+/// The same decoding for Kafka Connect's JsonConverter (`schemas.enable=true`): the schema
+/// travels in each record, decimals and bytes as base64.
+#[tokio::test]
+async fn json_converter_records_decode_like_avro() {
+    let stack = Stack::from_env();
+    let name = unique("golden_json");
+    let pg = PgPool::connect(&stack.source_pg_url)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}",
+                unreachable("PostgreSQL source", &stack.source_pg_url, e)
+            )
+        });
+    for sql in [
+        format!(
+            "CREATE TABLE public.{name} (id bigint PRIMARY KEY, price numeric(10,2), at timestamptz, tags text[], raw bytea, d date)"
+        ),
+        format!(
+            "INSERT INTO public.{name} VALUES (5, 12345678.91, '2024-02-29 12:34:56.789012+00', '{{\"a\",NULL}}', '\\x00ff', '2024-02-29')"
+        ),
+    ] {
+        sqlx::query(AssertSqlSafe(sql.clone()))
+            .execute(&pg)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    let connector = Connector::start_with(&stack, &name, Converter::Json).await;
+    let records = connector.read(1).await;
+    let registry = CachedResolver::new(
+        HttpRegistry::new(HttpRegistryConfig::new(&stack.registry_url)).expect("registry"),
+    );
+    let mut decoder = ChangeDecoder::new(registry, Format::ConnectJson, 16);
+    let msg = &records[0];
+    let headers = |h: &str| header(msg, h);
+    decoder
+        .push(KafkaRecord {
+            topic: msg.topic(),
+            partition: msg.partition(),
+            offset: msg.offset(),
+            timestamp: msg.timestamp().to_millis(),
+            key: msg.key(),
+            value: msg.payload(),
+            headers: &headers,
+        })
+        .await
+        .expect("decode");
+    let batch = decoder.finish_all().expect("finish").remove(0).rows;
+    let after = batch.column_by_name("after").expect("after").as_struct();
+    let col = |n: &str| {
+        after
+            .column_by_name(n)
+            .unwrap_or_else(|| panic!("column {n}"))
+            .clone()
+    };
+    assert_eq!(col("id").as_primitive::<Int64Type>().value(0), 5);
+    assert_eq!(
+        col("price")
+            .as_primitive::<Decimal128Type>()
+            .value_as_string(0),
+        "12345678.91"
+    );
+    let micros = Utc
+        .with_ymd_and_hms(2024, 2, 29, 12, 34, 56)
+        .single()
+        .expect("time")
+        .timestamp_micros()
+        + 789_012;
+    assert_eq!(
+        col("at")
+            .as_primitive::<TimestampMicrosecondType>()
+            .value(0),
+        micros
+    );
+    let tags = col("tags").as_list::<i32>().value(0);
+    assert_eq!(
+        (tags.as_string::<i32>().value(0), tags.is_null(1)),
+        ("a", true)
+    );
+    assert_eq!(col("raw").as_binary::<i32>().value(0), [0x00, 0xff]);
+    assert_eq!(col("d").data_type(), &DataType::Date32);
+    let key = batch.column_by_name("key").expect("key").as_struct();
+    assert_eq!(key.column(0).as_primitive::<Int64Type>().value(0), 5);
+    assert_eq!(
+        batch
+            .column_by_name("__op")
+            .expect("op")
+            .as_string::<i32>()
+            .value(0),
+        "r"
+    );
+
+    connector.stop(&pg).await;
+    sqlx::query(AssertSqlSafe(format!("DROP TABLE public.{name}")))
+        .execute(&pg)
+        .await
+        .expect("cleanup");
 }

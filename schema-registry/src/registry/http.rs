@@ -444,6 +444,11 @@ fn describe(loc: &Loc) -> String {
 impl SchemaResolver for HttpRegistry {
     async fn resolve(&self, schema: &SchemaRef) -> Result<Arc<ResolvedSchema>, RegistryError> {
         let loc = match schema {
+            SchemaRef::Inline { .. } => {
+                return Err(RegistryError::Config(format!(
+                    "{schema} travels in the record; no registry holds it"
+                )));
+            }
             SchemaRef::Id { kind, id } => Loc::Id(*kind, *id),
             SchemaRef::Coordinates {
                 group_id,

@@ -1,0 +1,393 @@
+//! Kafka Connect's JsonConverter with `schemas.enable=true`: each record is
+//! `{"schema": <Connect schema>, "payload": <value>}`. The Connect schema becomes the Avro schema
+//! the Avro converter would have registered for it (the same `connect.*` attributes), and the
+//! payload becomes an Avro datum of that schema, so JSON topics go through the same validator,
+//! Arrow decoder and Debezium types as Avro ones.
+//!
+//! Limits: bytes and decimals must be base64 (JsonConverter's default `decimal.format`);
+//! maps with non-string keys are not supported.
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+
+use base64::Engine;
+use serde_json::{Map, Value, json};
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JsonError {
+    #[error("not JSON: {0}")]
+    NotJson(String),
+    #[error("not a schemas.enable=true envelope: {0}")]
+    NoEnvelope(&'static str),
+    #[error("Connect schema: {0}")]
+    Schema(String),
+    #[error("payload at {path}: {reason}")]
+    Payload { path: String, reason: String },
+}
+
+/// One record's schema (as Avro JSON, plus a fingerprint of the Connect schema) and its datum.
+#[derive(Debug, Clone)]
+pub struct Converted {
+    pub fingerprint: u64,
+    pub avro_schema: Value,
+    pub datum: Vec<u8>,
+}
+
+/// Splits and converts a `schemas.enable=true` record.
+pub fn convert(bytes: &[u8]) -> Result<Converted, JsonError> {
+    let mut doc: Value =
+        serde_json::from_slice(bytes).map_err(|e| JsonError::NotJson(e.to_string()))?;
+    let obj = doc
+        .as_object_mut()
+        .ok_or(JsonError::NoEnvelope("not an object"))?;
+    let schema = obj
+        .remove("schema")
+        .ok_or(JsonError::NoEnvelope("no \"schema\""))?;
+    let payload = obj
+        .remove("payload")
+        .ok_or(JsonError::NoEnvelope("no \"payload\""))?;
+    let mut hasher = DefaultHasher::new();
+    schema.to_string().hash(&mut hasher);
+    let mut names = 0;
+    let avro_schema = to_avro(&schema, &mut names)?;
+    let mut datum = Vec::with_capacity(bytes.len());
+    encode(&schema, &payload, "$", &mut datum)?;
+    Ok(Converted {
+        fingerprint: hasher.finish(),
+        avro_schema,
+        datum,
+    })
+}
+
+fn schema_err(msg: impl Into<String>) -> JsonError {
+    JsonError::Schema(msg.into())
+}
+
+fn kind(schema: &Value) -> Result<&str, JsonError> {
+    schema
+        .get("type")
+        .and_then(Value::as_str)
+        .ok_or_else(|| schema_err(format!("no type in {schema}")))
+}
+
+fn optional(schema: &Value) -> bool {
+    schema
+        .get("optional")
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+}
+
+/// An Avro name from a Connect name (`demo.public.t.Value`), or a generated one.
+fn avro_name(schema: &Value, names: &mut usize) -> String {
+    match schema.get("name").and_then(Value::as_str) {
+        Some(name) => name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect(),
+        None => {
+            *names += 1;
+            format!("ConnectStruct{names}")
+        }
+    }
+}
+
+/// The Avro schema AvroData would produce for a Connect schema.
+fn to_avro(schema: &Value, names: &mut usize) -> Result<Value, JsonError> {
+    let name = schema.get("name").and_then(Value::as_str);
+    let params = schema.get("parameters").cloned();
+    let mut t = match kind(schema)? {
+        "int8" | "int16" => json!({"type": "int", "connect.type": kind(schema)?}),
+        "int32" => json!({"type": "int"}),
+        "int64" => json!({"type": "long"}),
+        "float" | "float32" => json!({"type": "float"}),
+        "double" | "float64" => json!({"type": "double"}),
+        "boolean" => json!({"type": "boolean"}),
+        "string" => json!({"type": "string"}),
+        "bytes" if name == Some("org.apache.kafka.connect.data.Decimal") => {
+            let p = params.as_ref();
+            let int_param = |key: &str| {
+                p.and_then(|p| p.get(key))
+                    .and_then(Value::as_str)
+                    .and_then(|s| s.parse::<u32>().ok())
+            };
+            let scale = int_param("scale")
+                .ok_or_else(|| schema_err("Decimal without a scale parameter"))?;
+            let precision = int_param("connect.decimal.precision").unwrap_or(64);
+            json!({"type": "bytes", "logicalType": "decimal", "precision": precision, "scale": scale})
+        }
+        "bytes" => json!({"type": "bytes"}),
+        "array" => {
+            let items = schema
+                .get("items")
+                .ok_or_else(|| schema_err("array without items"))?;
+            json!({"type": "array", "items": nullable(items, names)?})
+        }
+        "map" => {
+            let keys = schema
+                .get("keys")
+                .ok_or_else(|| schema_err("map without keys"))?;
+            if kind(keys)? != "string" {
+                return Err(schema_err("maps with non-string keys are not supported"));
+            }
+            let values = schema
+                .get("values")
+                .ok_or_else(|| schema_err("map without values"))?;
+            json!({"type": "map", "values": nullable(values, names)?})
+        }
+        "struct" => {
+            let fields = schema
+                .get("fields")
+                .and_then(Value::as_array)
+                .ok_or_else(|| schema_err("struct without fields"))?;
+            let fields = fields
+                .iter()
+                .map(|f| {
+                    let fname = f
+                        .get("field")
+                        .and_then(Value::as_str)
+                        .ok_or_else(|| schema_err("field without a name"))?;
+                    let mut field = json!({"name": fname, "type": nullable(f, names)?});
+                    if optional(f) {
+                        field["default"] = Value::Null;
+                    }
+                    Ok(field)
+                })
+                .collect::<Result<Vec<_>, JsonError>>()?;
+            json!({"type": "record", "name": avro_name(schema, names), "fields": fields})
+        }
+        other => return Err(schema_err(format!("unknown Connect type {other:?}"))),
+    };
+    let attrs = t.as_object_mut().ok_or_else(|| schema_err("internal"))?;
+    if let Some(name) = name {
+        attrs.insert("connect.name".into(), json!(name));
+    }
+    if let Some(v) = schema.get("version") {
+        attrs.insert("connect.version".into(), v.clone());
+    }
+    if let Some(p) = params {
+        attrs.insert("connect.parameters".into(), p);
+    }
+    Ok(t)
+}
+
+/// `["null", T]` for an optional Connect schema.
+fn nullable(schema: &Value, names: &mut usize) -> Result<Value, JsonError> {
+    let t = to_avro(schema, names)?;
+    Ok(if optional(schema) {
+        json!(["null", t])
+    } else {
+        t
+    })
+}
+
+fn long(out: &mut Vec<u8>, v: i64) {
+    let mut n = ((v << 1) ^ (v >> 63)) as u64;
+    while n >= 0x80 {
+        out.push((n as u8) | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+}
+
+fn bytes(out: &mut Vec<u8>, b: &[u8]) {
+    long(out, b.len() as i64);
+    out.extend_from_slice(b);
+}
+
+/// Encodes `value` as the Avro datum of `to_avro(schema)`.
+fn encode(schema: &Value, value: &Value, path: &str, out: &mut Vec<u8>) -> Result<(), JsonError> {
+    let bad = |reason: String| JsonError::Payload {
+        path: path.to_owned(),
+        reason,
+    };
+    if optional(schema) {
+        if value.is_null() {
+            long(out, 0);
+            return Ok(());
+        }
+        long(out, 1);
+    } else if value.is_null() {
+        return Err(bad("null for a required field".into()));
+    }
+    match kind(schema)? {
+        "int8" | "int16" | "int32" | "int64" => {
+            let n = value
+                .as_i64()
+                .ok_or_else(|| bad(format!("{value} is not an integer")))?;
+            long(out, n);
+        }
+        "float" | "float32" => {
+            let f = value
+                .as_f64()
+                .ok_or_else(|| bad(format!("{value} is not a number")))?;
+            out.extend((f as f32).to_le_bytes());
+        }
+        "double" | "float64" => {
+            let f = value
+                .as_f64()
+                .ok_or_else(|| bad(format!("{value} is not a number")))?;
+            out.extend(f.to_le_bytes());
+        }
+        "boolean" => out.push(u8::from(
+            value
+                .as_bool()
+                .ok_or_else(|| bad(format!("{value} is not a boolean")))?,
+        )),
+        "string" => bytes(
+            out,
+            value
+                .as_str()
+                .ok_or_else(|| bad(format!("{value} is not a string")))?
+                .as_bytes(),
+        ),
+        "bytes" => {
+            let text = value
+                .as_str()
+                .ok_or_else(|| bad(format!("{value} is not base64 text")))?;
+            let raw = base64::engine::general_purpose::STANDARD
+                .decode(text)
+                .map_err(|e| bad(format!("not base64: {e}")))?;
+            bytes(out, &raw);
+        }
+        "array" => {
+            let items = value
+                .as_array()
+                .ok_or_else(|| bad(format!("{value} is not an array")))?;
+            let item_schema = schema
+                .get("items")
+                .ok_or_else(|| schema_err("array without items"))?;
+            if !items.is_empty() {
+                long(out, items.len() as i64);
+                for (i, item) in items.iter().enumerate() {
+                    encode(item_schema, item, &format!("{path}[{i}]"), out)?;
+                }
+            }
+            long(out, 0);
+        }
+        "map" => {
+            let entries = value
+                .as_object()
+                .ok_or_else(|| bad(format!("{value} is not an object")))?;
+            let value_schema = schema
+                .get("values")
+                .ok_or_else(|| schema_err("map without values"))?;
+            if !entries.is_empty() {
+                long(out, entries.len() as i64);
+                for (k, v) in entries {
+                    bytes(out, k.as_bytes());
+                    encode(value_schema, v, &format!("{path}.{k}"), out)?;
+                }
+            }
+            long(out, 0);
+        }
+        "struct" => {
+            let obj: &Map<String, Value> = value
+                .as_object()
+                .ok_or_else(|| bad(format!("{value} is not an object")))?;
+            let fields = schema
+                .get("fields")
+                .and_then(Value::as_array)
+                .ok_or_else(|| schema_err("struct without fields"))?;
+            for f in fields {
+                let name = f
+                    .get("field")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| schema_err("field without a name"))?;
+                encode(
+                    f,
+                    obj.get(name).unwrap_or(&Value::Null),
+                    &format!("{path}.{name}"),
+                    out,
+                )?;
+            }
+        }
+        other => return Err(schema_err(format!("unknown Connect type {other:?}"))),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::avro::{AvroBatchDecoder, WriterSchema};
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Decimal128Type, Int16Type, TimestampMicrosecondType};
+
+    /// A record as Debezium with JsonConverter writes it (abridged envelope).
+    fn record() -> Value {
+        json!({
+            "schema": {"type": "struct", "name": "demo.public.t.Envelope", "optional": false, "fields": [
+                {"type": "struct", "name": "demo.public.t.Value", "optional": true, "field": "before", "fields": [
+                    {"type": "int32", "optional": false, "field": "id"}]},
+                {"type": "struct", "name": "demo.public.t.Value", "optional": true, "field": "after", "fields": [
+                    {"type": "int32", "optional": false, "field": "id"}]},
+                {"type": "int16", "optional": true, "field": "small"},
+                {"type": "bytes", "optional": true, "name": "org.apache.kafka.connect.data.Decimal", "version": 1,
+                 "parameters": {"scale": "2", "connect.decimal.precision": "10"}, "field": "price"},
+                {"type": "int64", "optional": true, "name": "io.debezium.time.MicroTimestamp", "version": 1, "field": "at"},
+                {"type": "array", "optional": true, "items": {"type": "string", "optional": true}, "field": "tags"},
+                {"type": "string", "optional": false, "field": "op"}]},
+            "payload": {"before": null, "after": {"id": 7}, "small": -3, "price": "MDk=", "at": 1_700_000_000_000_001_i64,
+                        "tags": ["a", null], "op": "c"}
+        })
+    }
+
+    #[test]
+    fn a_debezium_json_record_decodes_like_avro() {
+        let c = convert(record().to_string().as_bytes()).unwrap();
+        let schema = WriterSchema::parse_text(&c.avro_schema.to_string()).unwrap();
+        let mut dec = AvroBatchDecoder::new(&schema, 4).unwrap();
+        dec.push(&c.datum).unwrap();
+        let batch = dec.flush().unwrap().unwrap();
+        let col = |n: &str| batch.column_by_name(n).unwrap().clone();
+        assert!(col("before").is_null(0));
+        assert_eq!(col("small").as_primitive::<Int16Type>().value(0), -3);
+        // "MDk=" is 0x3039 = 12345 unscaled.
+        assert_eq!(
+            col("price")
+                .as_primitive::<Decimal128Type>()
+                .value_as_string(0),
+            "123.45"
+        );
+        assert_eq!(
+            col("at")
+                .as_primitive::<TimestampMicrosecondType>()
+                .value(0),
+            1_700_000_000_000_001
+        );
+        assert_eq!(col("op").as_string::<i32>().value(0), "c");
+    }
+
+    #[test]
+    fn the_same_schema_has_the_same_fingerprint() {
+        let a = convert(record().to_string().as_bytes()).unwrap();
+        let mut other = record();
+        other["payload"]["op"] = json!("u");
+        let b = convert(other.to_string().as_bytes()).unwrap();
+        assert_eq!(a.fingerprint, b.fingerprint);
+        other["schema"]["fields"][6]["optional"] = json!(true);
+        assert_ne!(
+            a.fingerprint,
+            convert(other.to_string().as_bytes()).unwrap().fingerprint
+        );
+    }
+
+    #[test]
+    fn bad_payloads_name_the_path() {
+        let mut r = record();
+        r["payload"]["after"]["id"] = json!("seven");
+        let err = convert(r.to_string().as_bytes()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "payload at $.after.id: \"seven\" is not an integer"
+        );
+        assert!(matches!(convert(b"{}"), Err(JsonError::NoEnvelope(_))));
+        assert!(matches!(convert(b"not json"), Err(JsonError::NotJson(_))));
+    }
+}
