@@ -137,6 +137,13 @@ struct Prepared {
     shape: Result<ValueShape, NonData>,
 }
 
+impl Prepared {
+    fn new(schema: WriterSchema) -> Arc<Self> {
+        let shape = classify(&schema.root);
+        Arc::new(Self { schema, shape })
+    }
+}
+
 /// The batch being filled for one partition.
 struct Open {
     first_offset: i64,
@@ -196,22 +203,18 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
                 })
             }
             Format::ConnectJson => {
-                let c = connect_json::convert(bytes)?;
+                let record = connect_json::parse(bytes)?;
                 let schema = SchemaRef::Inline {
-                    fingerprint: c.fingerprint,
+                    fingerprint: record.fingerprint,
                 };
                 if !self.prepared.contains_key(&schema) {
-                    let parsed = WriterSchema::parse_text(&c.avro_schema.to_string())?;
-                    let shape = classify(&parsed.root);
-                    let prepared = Arc::new(Prepared {
-                        schema: parsed,
-                        shape,
-                    });
+                    let avro = record.avro_schema()?;
+                    let prepared = Prepared::new(WriterSchema::parse_text(&avro.to_string())?);
                     self.prepared.insert(schema.clone(), prepared);
                 }
                 Ok(Split {
                     schema,
-                    datum: Cow::Owned(c.datum),
+                    datum: Cow::Owned(record.datum()?),
                 })
             }
         }
@@ -222,12 +225,7 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
             return Ok(p.clone());
         }
         let resolved = self.resolver.resolve(schema).await?;
-        let parsed = WriterSchema::parse(&resolved)?;
-        let shape = classify(&parsed.root);
-        let p = Arc::new(Prepared {
-            schema: parsed,
-            shape,
-        });
+        let p = Prepared::new(WriterSchema::parse(&resolved)?);
         self.prepared.insert(schema.clone(), p.clone());
         Ok(p)
     }

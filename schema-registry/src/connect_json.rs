@@ -4,6 +4,9 @@
 //! payload becomes an Avro datum of that schema, so JSON topics go through the same validator,
 //! Arrow decoder and Debezium types as Avro ones.
 //!
+//! The schema conversion runs once per distinct schema (by fingerprint); the payload is
+//! converted per record.
+//!
 //! Limits: bytes and decimals must be base64 (JsonConverter's default `decimal.format`);
 //! maps with non-string keys are not supported.
 
@@ -25,16 +28,17 @@ pub enum JsonError {
     Payload { path: String, reason: String },
 }
 
-/// One record's schema (as Avro JSON, plus a fingerprint of the Connect schema) and its datum.
+/// A `schemas.enable=true` record split into its Connect schema and its payload.
 #[derive(Debug, Clone)]
-pub struct Converted {
+pub struct Record {
+    /// Identifies the Connect schema: equal schemas, equal fingerprints.
     pub fingerprint: u64,
-    pub avro_schema: Value,
-    pub datum: Vec<u8>,
+    schema: Value,
+    payload: Value,
 }
 
-/// Splits and converts a `schemas.enable=true` record.
-pub fn convert(bytes: &[u8]) -> Result<Converted, JsonError> {
+/// Splits a `schemas.enable=true` record.
+pub fn parse(bytes: &[u8]) -> Result<Record, JsonError> {
     let mut doc: Value =
         serde_json::from_slice(bytes).map_err(|e| JsonError::NotJson(e.to_string()))?;
     let obj = doc
@@ -47,16 +51,27 @@ pub fn convert(bytes: &[u8]) -> Result<Converted, JsonError> {
         .remove("payload")
         .ok_or(JsonError::NoEnvelope("no \"payload\""))?;
     let mut hasher = DefaultHasher::new();
-    schema.to_string().hash(&mut hasher);
-    let mut names = 0;
-    let avro_schema = to_avro(&schema, &mut names)?;
-    let mut datum = Vec::with_capacity(bytes.len());
-    encode(&schema, &payload, "$", &mut datum)?;
-    Ok(Converted {
+    schema.hash(&mut hasher);
+    Ok(Record {
         fingerprint: hasher.finish(),
-        avro_schema,
-        datum,
+        schema,
+        payload,
     })
+}
+
+impl Record {
+    /// The Avro schema the Avro converter would have registered for this Connect schema. Needed
+    /// once per fingerprint.
+    pub fn avro_schema(&self) -> Result<Value, JsonError> {
+        to_avro(&self.schema, &mut 0)
+    }
+
+    /// The payload as an Avro datum of [`Record::avro_schema`].
+    pub fn datum(&self) -> Result<Vec<u8>, JsonError> {
+        let mut out = Vec::with_capacity(256);
+        encode(&self.schema, &self.payload, "$", &mut out)?;
+        Ok(out)
+    }
 }
 
 fn schema_err(msg: impl Into<String>) -> JsonError {
@@ -338,12 +353,18 @@ mod tests {
         })
     }
 
+    fn convert(bytes: &[u8]) -> Result<(Record, Value, Vec<u8>), JsonError> {
+        let r = parse(bytes)?;
+        let (schema, datum) = (r.avro_schema()?, r.datum()?);
+        Ok((r, schema, datum))
+    }
+
     #[test]
     fn a_debezium_json_record_decodes_like_avro() {
-        let c = convert(record().to_string().as_bytes()).unwrap();
-        let schema = WriterSchema::parse_text(&c.avro_schema.to_string()).unwrap();
+        let (_, schema, datum) = convert(record().to_string().as_bytes()).unwrap();
+        let schema = WriterSchema::parse_text(&schema.to_string()).unwrap();
         let mut dec = AvroBatchDecoder::new(&schema, 4).unwrap();
-        dec.push(&c.datum).unwrap();
+        dec.push(&datum).unwrap();
         let batch = dec.flush().unwrap().unwrap();
         let col = |n: &str| batch.column_by_name(n).unwrap().clone();
         assert!(col("before").is_null(0));
@@ -366,15 +387,15 @@ mod tests {
 
     #[test]
     fn the_same_schema_has_the_same_fingerprint() {
-        let a = convert(record().to_string().as_bytes()).unwrap();
+        let a = parse(record().to_string().as_bytes()).unwrap();
         let mut other = record();
         other["payload"]["op"] = json!("u");
-        let b = convert(other.to_string().as_bytes()).unwrap();
+        let b = parse(other.to_string().as_bytes()).unwrap();
         assert_eq!(a.fingerprint, b.fingerprint);
         other["schema"]["fields"][6]["optional"] = json!(true);
         assert_ne!(
             a.fingerprint,
-            convert(other.to_string().as_bytes()).unwrap().fingerprint
+            parse(other.to_string().as_bytes()).unwrap().fingerprint
         );
     }
 
@@ -387,7 +408,7 @@ mod tests {
             err.to_string(),
             "payload at $.after.id: \"seven\" is not an integer"
         );
-        assert!(matches!(convert(b"{}"), Err(JsonError::NoEnvelope(_))));
-        assert!(matches!(convert(b"not json"), Err(JsonError::NotJson(_))));
+        assert!(matches!(parse(b"{}"), Err(JsonError::NoEnvelope(_))));
+        assert!(matches!(parse(b"not json"), Err(JsonError::NotJson(_))));
     }
 }
