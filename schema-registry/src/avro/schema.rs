@@ -22,6 +22,14 @@ pub enum Node {
     /// Debezium's `io.debezium.time.ZonedTimestamp`: an ISO-8601 string with an offset,
     /// decoded to a UTC timestamp in microseconds.
     ZonedTimestamp,
+    /// A string with Avro's `uuid` logical type.
+    Uuid,
+    /// Avro's `decimal` logical type on bytes (`fixed: None`) or on a fixed: its two's-complement
+    /// value must fit `width` bytes (16 up to precision 38, else 32), the Arrow decimal's size.
+    Decimal {
+        width: usize,
+        fixed: Option<usize>,
+    },
     Fixed(usize),
     Enum(usize),
     Array(Box<Node>),
@@ -51,6 +59,18 @@ pub enum SchemaError {
     Recursive(String),
     #[error("schema is malformed: {0}")]
     Malformed(String),
+}
+
+fn is_decimal(o: &Map<String, Value>) -> bool {
+    o.get("logicalType").and_then(Value::as_str) == Some("decimal")
+}
+
+/// The byte width of the Arrow decimal arrow-avro decodes a `decimal` into.
+fn decimal_width(o: &Map<String, Value>) -> usize {
+    match o.get("precision").and_then(Value::as_u64) {
+        Some(p) if p > 38 => 32,
+        _ => 16,
+    }
 }
 
 pub(crate) const ZONED_TIMESTAMP: &str = "io.debezium.time.ZonedTimestamp";
@@ -242,7 +262,14 @@ impl Inliner {
                         let size = usize::try_from(size).map_err(|_| {
                             SchemaError::Malformed(format!("fixed {full} is too large"))
                         })?;
-                        Node::Fixed(size)
+                        if is_decimal(o) {
+                            Node::Decimal {
+                                width: decimal_width(o),
+                                fixed: Some(size),
+                            }
+                        } else {
+                            Node::Fixed(size)
+                        }
                     }
                     _ => {
                         self.open.insert(full.clone());
@@ -297,6 +324,11 @@ impl Inliner {
             "string" if o.get("connect.name").and_then(Value::as_str) == Some(ZONED_TIMESTAMP) => {
                 Node::ZonedTimestamp
             }
+            "string" if o.get("logicalType").and_then(Value::as_str) == Some("uuid") => Node::Uuid,
+            "bytes" if is_decimal(o) => Node::Decimal {
+                width: decimal_width(o),
+                fixed: None,
+            },
             name => match primitive(name) {
                 Some(node) => node,
                 // {"type": "SomeNamedType", ...}: a reference wearing attributes.

@@ -34,6 +34,12 @@ pub enum DatumError {
     },
     #[error("string at byte {at} is not UTF-8")]
     BadUtf8 { at: usize },
+    #[error(
+        "decimal at byte {at} takes {len} bytes, more than its {width}-byte Arrow decimal holds"
+    )]
+    DecimalOverflow { at: usize, len: usize, width: usize },
+    #[error("uuid at byte {at} is {value:?}, not a UUID")]
+    BadUuid { at: usize, value: String },
     #[error("ZonedTimestamp at byte {at} is {value:?}: {reason}")]
     BadTimestamp {
         at: usize,
@@ -154,6 +160,35 @@ impl Cursor<'_> {
                     })
             }
             Node::Fixed(size) => self.take(*size).map(drop),
+            Node::Decimal { width, fixed } => {
+                let len = match fixed {
+                    Some(size) => *size,
+                    None => self.length()?,
+                };
+                let at = self.pos;
+                let raw = self.take(len)?;
+                if fits(raw, *width) {
+                    Ok(())
+                } else {
+                    Err(DatumError::DecimalOverflow {
+                        at,
+                        len,
+                        width: *width,
+                    })
+                }
+            }
+            Node::Uuid => {
+                let at = self.pos;
+                let text = self.string()?;
+                if is_uuid(text) {
+                    Ok(())
+                } else {
+                    Err(DatumError::BadUuid {
+                        at,
+                        value: text.to_owned(),
+                    })
+                }
+            }
             Node::Enum(symbols) => {
                 let at = self.pos;
                 let index = self.long()?;
@@ -245,6 +280,22 @@ pub(crate) fn zoned_timestamp_micros(text: &str) -> Result<i64, &'static str> {
         return Err("finer than a microsecond, which this column type cannot hold");
     }
     Ok(t.timestamp_micros())
+}
+
+/// Whether a big-endian two's-complement integer fits `width` bytes: any bytes beyond are
+/// sign extension (the rule arrow-avro applies, which errors mid-row otherwise).
+fn fits(raw: &[u8], width: usize) -> bool {
+    if raw.len() <= width {
+        return true;
+    }
+    let sign = if raw[0] & 0x80 == 0 { 0x00 } else { 0xff };
+    let extra = raw.len() - width;
+    raw[..extra].iter().all(|&b| b == sign) && (raw[extra] ^ sign) & 0x80 == 0
+}
+
+/// Parsed as arrow-avro parses it, so what passes here decodes there.
+fn is_uuid(text: &str) -> bool {
+    uuid::Uuid::try_parse(text).is_ok()
 }
 
 /// Whether a value of `node` can take no bytes at all.
@@ -366,6 +417,47 @@ mod tests {
             validate(&Node::String, &zigzag(1 << 40)),
             Err(DatumError::Truncated { .. })
         ));
+    }
+
+    #[test]
+    fn decimals_must_fit_their_arrow_width() {
+        let dec = Node::Decimal {
+            width: 16,
+            fixed: None,
+        };
+        let mut d = zigzag(17);
+        d.extend([0x00; 17]);
+        validate(&dec, &d).unwrap();
+        let mut d = zigzag(17);
+        d.extend([0x01; 17]);
+        assert!(matches!(
+            validate(&dec, &d),
+            Err(DatumError::DecimalOverflow { len: 17, .. })
+        ));
+        // 0xff then a first kept byte without the sign bit: overflow, not sign extension.
+        let mut d = zigzag(17);
+        d.push(0xff);
+        d.extend([0x01; 16]);
+        assert!(matches!(
+            validate(&dec, &d),
+            Err(DatumError::DecimalOverflow { .. })
+        ));
+        let fixed = Node::Decimal {
+            width: 16,
+            fixed: Some(20),
+        };
+        assert!(validate(&fixed, &[0x7f; 20]).is_err());
+        validate(
+            &Node::Uuid,
+            &crate::avro::testing::string("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"),
+        )
+        .unwrap();
+        for bad in ["not-a-uuid", "a0eebc999c0b-4ef8-bb6d-6bb9-bd380a11"] {
+            assert!(
+                validate(&Node::Uuid, &crate::avro::testing::string(bad)).is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]
