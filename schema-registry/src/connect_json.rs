@@ -16,6 +16,8 @@ use std::hash::{Hash, Hasher};
 use base64::Engine;
 use serde_json::{Map, Value, json};
 
+use crate::avro::encode::{bytes, long};
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum JsonError {
     #[error("not JSON: {0}")]
@@ -199,20 +201,6 @@ fn nullable(schema: &Value, names: &mut usize) -> Result<Value, JsonError> {
     } else {
         t
     })
-}
-
-fn long(out: &mut Vec<u8>, v: i64) {
-    let mut n = ((v << 1) ^ (v >> 63)) as u64;
-    while n >= 0x80 {
-        out.push((n as u8) | 0x80);
-        n >>= 7;
-    }
-    out.push(n as u8);
-}
-
-fn bytes(out: &mut Vec<u8>, b: &[u8]) {
-    long(out, b.len() as i64);
-    out.extend_from_slice(b);
 }
 
 /// Encodes `value` as the Avro datum of `to_avro(schema)`.

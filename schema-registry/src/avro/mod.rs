@@ -11,26 +11,36 @@ pub use schema::{Node, SchemaError, WriterSchema};
 pub use semantic::target_type;
 pub use validate::{DatumError, validate};
 
+/// Avro binary writing, for datums converted from other formats (and for tests).
+pub(crate) mod encode {
+    /// Avro's zigzag varint: longs, ints, lengths, counts, union and enum indexes.
+    pub(crate) fn long(out: &mut Vec<u8>, v: i64) {
+        let mut n = ((v << 1) ^ (v >> 63)) as u64;
+        while n >= 0x80 {
+            out.push((n as u8) | 0x80);
+            n >>= 7;
+        }
+        out.push(n as u8);
+    }
+
+    /// Length-prefixed bytes (and strings).
+    pub(crate) fn bytes(out: &mut Vec<u8>, b: &[u8]) {
+        long(out, b.len() as i64);
+        out.extend_from_slice(b);
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod testing {
-    /// Avro's zigzag varint encoding of a long (and of int, lengths, counts, indexes).
     pub(crate) fn zigzag(v: i64) -> Vec<u8> {
-        let mut n = ((v << 1) ^ (v >> 63)) as u64;
         let mut out = Vec::new();
-        loop {
-            let b = (n & 0x7f) as u8;
-            n >>= 7;
-            if n == 0 {
-                out.push(b);
-                return out;
-            }
-            out.push(b | 0x80);
-        }
+        super::encode::long(&mut out, v);
+        out
     }
 
     pub(crate) fn string(s: &str) -> Vec<u8> {
-        let mut out = zigzag(s.len() as i64);
-        out.extend(s.as_bytes());
+        let mut out = Vec::new();
+        super::encode::bytes(&mut out, s.as_bytes());
         out
     }
 }
