@@ -10,6 +10,11 @@ use serde_json::{Value, json};
 use sqlx::AssertSqlSafe;
 use sqlx::postgres::PgPool;
 
+use lakesink_schema_registry::{
+    CachedResolver, ChangeBatch, ChangeDecoder, Format, HttpRegistry, HttpRegistryConfig,
+    KafkaRecord,
+};
+
 use crate::{Stack, eventually, unique, unreachable};
 
 /// The converter the connector writes keys and values with.
@@ -201,4 +206,36 @@ pub fn header<'a>(msg: &'a OwnedMessage, name: &str) -> Option<&'a [u8]> {
     msg.headers()
         .and_then(|hs| hs.iter().filter(|h| h.key == name).last())
         .and_then(|h| h.value)
+}
+
+/// Decodes `records` with a fresh [`ChangeDecoder`] over the stack's registry, in `format`,
+/// and hands over every batch. Panics, naming the record, on the first that fails.
+pub async fn decode_all(
+    stack: &Stack,
+    format: Format,
+    records: &[OwnedMessage],
+) -> Vec<ChangeBatch> {
+    let registry = CachedResolver::new(
+        HttpRegistry::new(HttpRegistryConfig::new(&stack.registry_url)).expect("registry client"),
+    );
+    let mut decoder = ChangeDecoder::new(registry, format, 1024);
+    let mut out = Vec::new();
+    for msg in records {
+        let headers = |h: &str| header(msg, h);
+        let pushed = decoder
+            .push(KafkaRecord {
+                topic: msg.topic(),
+                partition: msg.partition(),
+                offset: msg.offset(),
+                timestamp: msg.timestamp().to_millis(),
+                key: msg.key(),
+                value: msg.payload(),
+                headers: &headers,
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        out.extend(pushed.completed);
+    }
+    out.extend(decoder.finish_all().expect("finish"));
+    out
 }

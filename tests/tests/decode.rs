@@ -7,12 +7,9 @@ use arrow_array::types::*;
 use arrow_array::{Array, StructArray};
 use arrow_schema::{DataType, TimeUnit};
 use chrono::{NaiveDate, NaiveTime, TimeZone, Utc};
-use lakesink_schema_registry::{
-    CachedResolver, ChangeDecoder, Format, HttpRegistry, HttpRegistryConfig, IdKind, KafkaRecord,
-};
-use lakesink_tests::debezium::{Connector, Converter, header};
+use lakesink_schema_registry::{Format, IdKind};
+use lakesink_tests::debezium::{Connector, Converter, decode_all};
 use lakesink_tests::{Stack, unique, unreachable};
-use rdkafka::Message;
 use sqlx::AssertSqlSafe;
 use sqlx::postgres::PgPool;
 
@@ -71,33 +68,10 @@ async fn every_postgres_type_decodes_losslessly() {
     // Two snapshot reads, an update, a delete and its tombstone.
     let records = connector.read(5).await;
 
-    let registry = CachedResolver::new(
-        HttpRegistry::new(HttpRegistryConfig::new(&stack.registry_url)).expect("registry"),
-    );
-    let mut decoder = ChangeDecoder::new(
-        registry,
-        Format::Avro {
-            payload_ids: IdKind::ContentId,
-        },
-        1024,
-    );
-    for msg in &records {
-        let headers = |h: &str| header(msg, h);
-        let pushed = decoder
-            .push(KafkaRecord {
-                topic: msg.topic(),
-                partition: msg.partition(),
-                offset: msg.offset(),
-                timestamp: msg.timestamp().to_millis(),
-                key: msg.key(),
-                value: msg.payload(),
-                headers: &headers,
-            })
-            .await
-            .expect("decode");
-        assert!(pushed.completed.is_empty() && pushed.skipped.is_none());
-    }
-    let mut batches = decoder.finish_all().expect("finish");
+    let avro = Format::Avro {
+        payload_ids: IdKind::ContentId,
+    };
+    let mut batches = decode_all(&stack, avro, &records).await;
     assert_eq!(batches.len(), 1, "one schema, one batch");
     let change = batches.remove(0);
     assert_eq!((change.first_offset, change.last_offset), (0, 4));
@@ -379,25 +353,10 @@ async fn json_converter_records_decode_like_avro() {
     }
     let connector = Connector::start_with(&stack, &name, Converter::Json).await;
     let records = connector.read(1).await;
-    let registry = CachedResolver::new(
-        HttpRegistry::new(HttpRegistryConfig::new(&stack.registry_url)).expect("registry"),
-    );
-    let mut decoder = ChangeDecoder::new(registry, Format::ConnectJson, 16);
-    let msg = &records[0];
-    let headers = |h: &str| header(msg, h);
-    decoder
-        .push(KafkaRecord {
-            topic: msg.topic(),
-            partition: msg.partition(),
-            offset: msg.offset(),
-            timestamp: msg.timestamp().to_millis(),
-            key: msg.key(),
-            value: msg.payload(),
-            headers: &headers,
-        })
+    let batch = decode_all(&stack, Format::ConnectJson, &records)
         .await
-        .expect("decode");
-    let batch = decoder.finish_all().expect("finish").remove(0).rows;
+        .remove(0)
+        .rows;
     let after = batch.column_by_name("after").expect("after").as_struct();
     let col = |n: &str| {
         after
