@@ -40,6 +40,9 @@ pub struct KafkaConfig {
     /// How keys and values are encoded.
     #[serde(default)]
     pub format: RecordFormat,
+    /// For `format = "json"`: a file holding the Connect schema of the values (the `schema`
+    /// object JsonConverter writes with `schemas.enable=true`). Without it, schemas are inferred.
+    pub json_value_schema: Option<std::path::PathBuf>,
 }
 
 /// The converter the topics were written with.
@@ -51,6 +54,8 @@ pub enum RecordFormat {
     Avro,
     /// Kafka Connect's JsonConverter with `schemas.enable=true`.
     ConnectJson,
+    /// JsonConverter with `schemas.enable=false`: bare JSON values.
+    Json,
 }
 
 /// The schema registry the records' writer schemas come from.
@@ -193,6 +198,12 @@ impl Config {
             return Err(ConfigError::Invalid {
                 field: "kafka.group-id",
                 reason: "must not be empty".into(),
+            });
+        }
+        if k.json_value_schema.is_some() && k.format != RecordFormat::Json {
+            return Err(ConfigError::Invalid {
+                field: "kafka.json-value-schema",
+                reason: "only applies with format = \"json\"".into(),
             });
         }
         let r = &self.registry;

@@ -45,6 +45,24 @@ async fn main() -> anyhow::Result<()> {
                 Config::load(&config).with_context(|| format!("loading {}", config.display()))?;
             let format = match config.kafka.format {
                 RecordFormat::ConnectJson => Format::ConnectJson,
+                RecordFormat::Json => Format::PlainJson {
+                    value_schema: match &config.kafka.json_value_schema {
+                        None => None,
+                        Some(path) => {
+                            let text = std::fs::read(path).with_context(|| {
+                                format!("reading kafka.json-value-schema {}", path.display())
+                            })?;
+                            Some(std::sync::Arc::new(
+                                serde_json::from_slice(&text).with_context(|| {
+                                    format!(
+                                        "kafka.json-value-schema {} is not JSON",
+                                        path.display()
+                                    )
+                                })?,
+                            ))
+                        }
+                    },
+                },
                 RecordFormat::Avro => Format::Avro {
                     payload_ids: match config.registry.payload_ids {
                         PayloadIds::ContentId => IdKind::ContentId,
@@ -52,17 +70,19 @@ async fn main() -> anyhow::Result<()> {
                     },
                 },
             };
-            let registry = HttpRegistry::new(registry_config(&config.registry, format)?)?;
+            let registry = HttpRegistry::new(registry_config(&config.registry, &format)?)?;
             tail::run(&config.kafka, registry, format).await
         }
     }
 }
 
-fn registry_config(r: &RegistryConfig, format: Format) -> anyhow::Result<HttpRegistryConfig> {
+fn registry_config(r: &RegistryConfig, format: &Format) -> anyhow::Result<HttpRegistryConfig> {
     let url = match (&r.url, format) {
         (Some(url), _) => url.clone(),
-        // JSON records carry their schemas; the client is never asked.
-        (None, Format::ConnectJson) => "http://127.0.0.1:8080".to_owned(),
+        // JSON records carry or infer their schemas; the client is never asked.
+        (None, Format::ConnectJson | Format::PlainJson { .. }) => {
+            "http://127.0.0.1:8080".to_owned()
+        }
         (None, Format::Avro { .. }) => anyhow::bail!(
             "config field `registry.url` is required for Avro topics: the schema registry their schemas are in"
         ),

@@ -109,13 +109,18 @@ pub enum ChangeErrorKind {
 }
 
 /// How the records' keys and values are encoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Format {
     /// Avro with a schema registry (Apicurio or Confluent framing); `payload_ids` says what an
     /// id framed in the payload is.
     Avro { payload_ids: IdKind },
     /// Kafka Connect's JsonConverter with `schemas.enable=true`.
     ConnectJson,
+    /// JsonConverter with `schemas.enable=false`: bare JSON values, typed by the Connect schema
+    /// given for values (keys are always inferred), or inferred from each record.
+    PlainJson {
+        value_schema: Option<Arc<serde_json::Value>>,
+    },
 }
 
 /// One side of a record: the schema it names and its Avro datum.
@@ -194,30 +199,41 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
         bytes: &'a [u8],
         headers: &dyn Fn(&str) -> Option<&'a [u8]>,
     ) -> Result<Split<'a>, ChangeErrorKind> {
-        match self.format {
-            Format::Avro { payload_ids } => {
+        match &self.format {
+            &Format::Avro { payload_ids } => {
                 let f = unframe(side, bytes, headers, payload_ids)?;
                 Ok(Split {
                     schema: f.schema,
                     datum: Cow::Borrowed(f.datum),
                 })
             }
-            Format::ConnectJson => {
-                let record = connect_json::parse(bytes)?;
-                let schema = SchemaRef::Inline {
-                    fingerprint: record.fingerprint,
+            Format::ConnectJson => self.json(connect_json::parse(bytes)?),
+            Format::PlainJson { value_schema } => {
+                let record = match (side, value_schema) {
+                    (Side::Value, Some(schema)) => {
+                        connect_json::Record::with_schema(schema, bytes)?
+                    }
+                    _ => connect_json::Record::inferred(bytes)?,
                 };
-                if !self.prepared.contains_key(&schema) {
-                    let avro = record.avro_schema()?;
-                    let prepared = Prepared::new(WriterSchema::parse_text(&avro.to_string())?);
-                    self.prepared.insert(schema.clone(), prepared);
-                }
-                Ok(Split {
-                    schema,
-                    datum: Cow::Owned(record.datum()?),
-                })
+                self.json(record)
             }
         }
+    }
+
+    /// A JSON record's datum; its schema is prepared here the first time it is seen.
+    fn json<'a>(&mut self, record: connect_json::Record) -> Result<Split<'a>, ChangeErrorKind> {
+        let schema = SchemaRef::Inline {
+            fingerprint: record.fingerprint,
+        };
+        if !self.prepared.contains_key(&schema) {
+            let avro = record.avro_schema()?;
+            let prepared = Prepared::new(WriterSchema::parse_text(&avro.to_string())?);
+            self.prepared.insert(schema.clone(), prepared);
+        }
+        Ok(Split {
+            schema,
+            datum: Cow::Owned(record.datum()?),
+        })
     }
 
     async fn prepare(&mut self, schema: &SchemaRef) -> Result<Arc<Prepared>, ChangeErrorKind> {

@@ -7,6 +7,9 @@
 //! The schema conversion runs once per distinct schema (by fingerprint); the payload is
 //! converted per record.
 //!
+//! With `schemas.enable=false` the record is the bare value: its schema comes from
+//! configuration, or is inferred from the value ([`Record::inferred`]).
+//!
 //! Limits: bytes and decimals must be base64 (JsonConverter's default `decimal.format`);
 //! maps with non-string keys are not supported.
 
@@ -52,16 +55,78 @@ pub fn parse(bytes: &[u8]) -> Result<Record, JsonError> {
     let payload = obj
         .remove("payload")
         .ok_or(JsonError::NoEnvelope("no \"payload\""))?;
-    let mut hasher = DefaultHasher::new();
-    schema.hash(&mut hasher);
-    Ok(Record {
-        fingerprint: hasher.finish(),
-        schema,
-        payload,
-    })
+    Ok(Record::new(schema, payload))
+}
+
+/// The Connect schema a JSON value suggests.
+fn infer(value: &Value, optional: bool) -> Value {
+    let mut schema = match value {
+        Value::Null | Value::String(_) => json!({"type": "string"}),
+        Value::Bool(_) => json!({"type": "boolean"}),
+        Value::Number(n) if n.is_i64() => json!({"type": "int64"}),
+        Value::Number(_) => json!({"type": "float64"}),
+        Value::Array(items) => {
+            let first = items.iter().find(|i| !i.is_null()).unwrap_or(&Value::Null);
+            json!({"type": "array", "items": infer(first, true)})
+        }
+        Value::Object(fields) => {
+            let fields: Vec<Value> = fields
+                .iter()
+                .map(|(name, v)| {
+                    let mut f = infer(v, true);
+                    f["field"] = json!(name);
+                    f
+                })
+                .collect();
+            json!({"type": "struct", "fields": fields})
+        }
+    };
+    schema["optional"] = json!(optional);
+    schema
 }
 
 impl Record {
+    /// A plain JSON value (JsonConverter with `schemas.enable=false`) with the Connect schema
+    /// the user configured for it.
+    pub fn with_schema(schema: &Value, bytes: &[u8]) -> Result<Self, JsonError> {
+        let payload =
+            serde_json::from_slice(bytes).map_err(|e| JsonError::NotJson(e.to_string()))?;
+        Ok(Self::new(schema.clone(), payload))
+    }
+
+    /// A plain JSON value with a Connect schema inferred from the value itself: integers as
+    /// int64, other numbers as float64, every field optional, nulls as strings. Decimals and
+    /// timestamps stay as the JSON has them (base64 text, numbers); configure a schema to get
+    /// their real types. Records whose shapes differ get different schemas.
+    pub fn inferred(bytes: &[u8]) -> Result<Self, JsonError> {
+        let payload: Value =
+            serde_json::from_slice(bytes).map_err(|e| JsonError::NotJson(e.to_string()))?;
+        let obj = payload.as_object().ok_or(JsonError::NoEnvelope(
+            "a plain JSON record must be an object",
+        ))?;
+        // Name an envelope as Debezium does, so it is read as one.
+        let name = if obj.contains_key("op")
+            && (obj.contains_key("after") || obj.contains_key("before"))
+        {
+            "lakesink.inferred.Envelope"
+        } else {
+            "lakesink.inferred.Value"
+        };
+        let mut schema = infer(&payload, false);
+        schema["name"] = json!(name);
+        Ok(Self::new(schema, payload))
+    }
+
+    fn new(schema: Value, payload: Value) -> Self {
+        let mut hasher = DefaultHasher::new();
+        schema.hash(&mut hasher);
+        Self {
+            fingerprint: hasher.finish(),
+            schema,
+            payload,
+        }
+    }
+
     /// The Avro schema the Avro converter would have registered for this Connect schema. Needed
     /// once per fingerprint.
     pub fn avro_schema(&self) -> Result<Value, JsonError> {
@@ -385,6 +450,52 @@ mod tests {
             a.fingerprint,
             parse(other.to_string().as_bytes()).unwrap().fingerprint
         );
+    }
+
+    #[test]
+    fn plain_json_with_an_inferred_or_configured_schema() {
+        let envelope = json!({"before": null, "after": {"id": 7, "name": "a", "score": 1.5, "tags": ["x"]},
+            "source": {"db": "s"}, "op": "c", "ts_ms": 1_700_000_000_000_i64});
+        let r = Record::inferred(envelope.to_string().as_bytes()).unwrap();
+        let schema = WriterSchema::parse_text(&r.avro_schema().unwrap().to_string()).unwrap();
+        assert!(
+            matches!(&schema.root, crate::avro::Node::Record { name, .. } if name == "lakesink.inferred.Envelope")
+        );
+        let mut dec = AvroBatchDecoder::new(&schema, 4).unwrap();
+        dec.push(&r.datum().unwrap()).unwrap();
+        let batch = dec.flush().unwrap().unwrap();
+        let after = batch.column_by_name("after").unwrap().as_struct();
+        assert_eq!(
+            after
+                .column_by_name("id")
+                .unwrap()
+                .as_primitive::<arrow_array::types::Int64Type>()
+                .value(0),
+            7
+        );
+        assert!(batch.column_by_name("before").unwrap().is_null(0));
+
+        let configured = json!({"type": "struct", "optional": false, "fields": [
+            {"type": "int32", "optional": false, "field": "id"},
+            {"type": "bytes", "optional": true, "name": "org.apache.kafka.connect.data.Decimal",
+             "parameters": {"scale": "2"}, "field": "price"}]});
+        let r = Record::with_schema(&configured, br#"{"id": 1, "price": "MDk="}"#).unwrap();
+        let schema = WriterSchema::parse_text(&r.avro_schema().unwrap().to_string()).unwrap();
+        let mut dec = AvroBatchDecoder::new(&schema, 4).unwrap();
+        dec.push(&r.datum().unwrap()).unwrap();
+        let batch = dec.flush().unwrap().unwrap();
+        assert_eq!(col_decimal(&batch, "price"), "123.45");
+        assert!(Record::inferred(b"[1]").is_err());
+    }
+
+    fn col_decimal(batch: &arrow_array::RecordBatch, name: &str) -> String {
+        let c = batch.column_by_name(name).unwrap();
+        match c.data_type() {
+            arrow_schema::DataType::Decimal256(..) => c
+                .as_primitive::<arrow_array::types::Decimal256Type>()
+                .value_as_string(0),
+            _ => c.as_primitive::<Decimal128Type>().value_as_string(0),
+        }
     }
 
     #[test]

@@ -24,6 +24,8 @@ pub enum Converter {
     ApicurioAvro,
     /// Kafka Connect's JsonConverter with `schemas.enable=true`.
     Json,
+    /// Kafka Connect's JsonConverter with `schemas.enable=false`: bare JSON.
+    PlainJson,
 }
 
 /// A connector named like its table, publishing to `<name>.public.<name>`.
@@ -113,11 +115,12 @@ impl Connector {
             "value.converter.apicurio.registry.url": registry,
             "value.converter.apicurio.registry.auto-register": "true",
         });
-        if self.converter == Converter::Json {
+        if self.converter != Converter::ApicurioAvro {
+            let schemas = self.converter == Converter::Json;
             for side in ["key", "value"] {
                 config[format!("{side}.converter")] =
                     json!("org.apache.kafka.connect.json.JsonConverter");
-                config[format!("{side}.converter.schemas.enable")] = json!("true");
+                config[format!("{side}.converter.schemas.enable")] = json!(schemas.to_string());
             }
         }
         config

@@ -407,3 +407,78 @@ async fn json_converter_records_decode_like_avro() {
         .await
         .expect("cleanup");
 }
+
+/// JsonConverter with `schemas.enable=false`: the schema is inferred from each record, so
+/// integers and strings keep their types while a decimal stays the base64 text Debezium sent.
+#[tokio::test]
+async fn plain_json_records_decode_with_an_inferred_schema() {
+    let stack = Stack::from_env();
+    let name = unique("plain_json");
+    let pg = PgPool::connect(&stack.source_pg_url)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}",
+                unreachable("PostgreSQL source", &stack.source_pg_url, e)
+            )
+        });
+    for sql in [
+        format!(
+            "CREATE TABLE public.{name} (id bigint PRIMARY KEY, label text, price numeric(10,2))"
+        ),
+        format!("INSERT INTO public.{name} VALUES (5, 'five', 123.45)"),
+    ] {
+        sqlx::query(AssertSqlSafe(sql.clone()))
+            .execute(&pg)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    let connector = Connector::start_with(&stack, &name, Converter::PlainJson).await;
+    let records = connector.read(1).await;
+    let batch = decode_all(&stack, Format::PlainJson { value_schema: None }, &records)
+        .await
+        .remove(0)
+        .rows;
+    let after = batch.column_by_name("after").expect("after").as_struct();
+    assert_eq!(
+        after
+            .column_by_name("id")
+            .expect("id")
+            .as_primitive::<Int64Type>()
+            .value(0),
+        5
+    );
+    assert_eq!(
+        after
+            .column_by_name("label")
+            .expect("label")
+            .as_string::<i32>()
+            .value(0),
+        "five"
+    );
+    // 12345 as two big-endian bytes, base64: the limit of inference, documented.
+    assert_eq!(
+        after
+            .column_by_name("price")
+            .expect("price")
+            .as_string::<i32>()
+            .value(0),
+        "MDk="
+    );
+    assert_eq!(
+        batch
+            .column_by_name("__op")
+            .expect("op")
+            .as_string::<i32>()
+            .value(0),
+        "r"
+    );
+    let key = batch.column_by_name("key").expect("key").as_struct();
+    assert_eq!(key.column(0).as_primitive::<Int64Type>().value(0), 5);
+
+    connector.stop(&pg).await;
+    sqlx::query(AssertSqlSafe(format!("DROP TABLE public.{name}")))
+        .execute(&pg)
+        .await
+        .expect("cleanup");
+}
