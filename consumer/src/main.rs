@@ -8,7 +8,9 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use lakesink_config::{Config, PayloadIds, RecordFormat, RegistryApi, RegistryConfig};
-use lakesink_schema_registry::{Api, Auth, Format, HttpRegistry, HttpRegistryConfig, IdKind};
+use lakesink_schema_registry::{
+    Api, Auth, CachedResolver, FixedResolver, Format, HttpRegistry, HttpRegistryConfig, IdKind,
+};
 
 #[derive(Parser)]
 #[command(
@@ -70,23 +72,24 @@ async fn main() -> anyhow::Result<()> {
                     },
                 },
             };
-            let registry = HttpRegistry::new(registry_config(&config.registry, &format)?)?;
-            tail::run(&config.kafka, registry, format).await
+            match format {
+                Format::Avro { .. } => {
+                    let registry = HttpRegistry::new(registry_config(&config.registry)?)?;
+                    tail::run(&config.kafka, CachedResolver::new(registry), format).await
+                }
+                // JSON records carry or infer their schemas: no registry is asked.
+                Format::ConnectJson | Format::PlainJson { .. } => {
+                    tail::run(&config.kafka, FixedResolver::new(), format).await
+                }
+            }
         }
     }
 }
 
-fn registry_config(r: &RegistryConfig, format: &Format) -> anyhow::Result<HttpRegistryConfig> {
-    let url = match (&r.url, format) {
-        (Some(url), _) => url.clone(),
-        // JSON records carry or infer their schemas; the client is never asked.
-        (None, Format::ConnectJson | Format::PlainJson { .. }) => {
-            "http://127.0.0.1:8080".to_owned()
-        }
-        (None, Format::Avro { .. }) => anyhow::bail!(
-            "config field `registry.url` is required for Avro topics: the schema registry their schemas are in"
-        ),
-    };
+fn registry_config(r: &RegistryConfig) -> anyhow::Result<HttpRegistryConfig> {
+    let url = r.url.clone().context(
+        "config field `registry.url` is required for Avro topics: the schema registry their schemas are in",
+    )?;
     let mut c = HttpRegistryConfig::new(url);
     c.api = r.api.map(|api| match api {
         RegistryApi::ApicurioV3 => Api::ApicurioV3,

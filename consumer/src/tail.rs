@@ -10,9 +10,7 @@ use std::time::Duration;
 use anyhow::Context;
 use arrow_array::RecordBatch;
 use lakesink_config::KafkaConfig;
-use lakesink_schema_registry::{
-    CachedResolver, ChangeBatch, ChangeDecoder, Format, HttpRegistry, KafkaRecord,
-};
+use lakesink_schema_registry::{ChangeBatch, ChangeDecoder, Format, KafkaRecord, SchemaResolver};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Headers};
@@ -24,11 +22,10 @@ use tracing::{debug, info, warn};
 const FLUSH_RECORDS: usize = 1024;
 const FLUSH_IDLE: Duration = Duration::from_millis(200);
 
-type Decoder = ChangeDecoder<CachedResolver<HttpRegistry>>;
-
-pub(crate) async fn run(
+/// Consumes and prints until SIGINT/SIGTERM. `resolver` serves the registry-framed formats.
+pub(crate) async fn run<R: SchemaResolver>(
     config: &KafkaConfig,
-    registry: HttpRegistry,
+    resolver: R,
     format: Format,
 ) -> anyhow::Result<()> {
     let consumer = consumer(config)?;
@@ -44,7 +41,7 @@ pub(crate) async fn run(
         .with_context(|| format!("subscribing to {topics:?}"))?;
     info!(brokers = %config.brokers, group = %config.group_id, ?topics, "consuming");
 
-    let mut decoder = ChangeDecoder::new(CachedResolver::new(registry), format, FLUSH_RECORDS);
+    let mut decoder = ChangeDecoder::new(resolver, format, FLUSH_RECORDS);
     // The next offset to store per partition, once what came before it is printed.
     let mut consumed: HashMap<(String, i32), i64> = HashMap::new();
     let mut unflushed = 0;
@@ -85,8 +82,8 @@ pub(crate) async fn run(
     Ok(())
 }
 
-async fn push(
-    decoder: &mut Decoder,
+async fn push<R: SchemaResolver>(
+    decoder: &mut ChangeDecoder<R>,
     msg: &BorrowedMessage<'_>,
 ) -> anyhow::Result<Vec<ChangeBatch>> {
     // Kafka's lastHeader semantics, as Apicurio reads them.
@@ -119,8 +116,8 @@ async fn push(
 }
 
 /// Prints every open batch, then stores the offsets of everything consumed so far.
-fn flush(
-    decoder: &mut Decoder,
+fn flush<R: SchemaResolver>(
+    decoder: &mut ChangeDecoder<R>,
     consumer: &StreamConsumer,
     consumed: &mut HashMap<(String, i32), i64>,
 ) -> anyhow::Result<()> {
