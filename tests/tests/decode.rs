@@ -329,30 +329,17 @@ fn variable_scale_decimal(s: &StructArray, row: usize) -> String {
 #[tokio::test]
 async fn json_converter_records_decode_like_avro() {
     let stack = Stack::from_env();
-    let name = unique("golden_json");
-    let pg = PgPool::connect(&stack.source_pg_url)
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "{}",
-                unreachable("PostgreSQL source", &stack.source_pg_url, e)
-            )
-        });
-    for sql in [
-        format!(
-            "CREATE TABLE public.{name} (id bigint PRIMARY KEY, price numeric(10,2), at timestamptz, tags text[], raw bytea, d date)"
-        ),
-        format!(
-            "INSERT INTO public.{name} VALUES (5, 12345678.91, '2024-02-29 12:34:56.789012+00', '{{\"a\",NULL}}', '\\x00ff', '2024-02-29')"
-        ),
-    ] {
-        sqlx::query(AssertSqlSafe(sql.clone()))
-            .execute(&pg)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"));
-    }
-    let connector = Connector::start_with(&stack, &name, Converter::Json).await;
-    let records = connector.read(1).await;
+    let (pg, connector, records) = capture(
+        &stack,
+        "golden_json",
+        &[
+            "CREATE TABLE public.{name} (id bigint PRIMARY KEY, price numeric(10,2), at timestamptz, tags text[], raw bytea, d date)",
+            "INSERT INTO public.{name} VALUES (5, 12345678.91, '2024-02-29 12:34:56.789012+00', '{\"a\",NULL}', '\\x00ff', '2024-02-29')",
+        ],
+        Converter::Json,
+        1,
+    )
+    .await;
     let batch = decode_all(&stack, Format::ConnectJson, &records)
         .await
         .remove(0)
@@ -401,11 +388,7 @@ async fn json_converter_records_decode_like_avro() {
         "r"
     );
 
-    connector.stop(&pg).await;
-    sqlx::query(AssertSqlSafe(format!("DROP TABLE public.{name}")))
-        .execute(&pg)
-        .await
-        .expect("cleanup");
+    release(pg, connector).await;
 }
 
 /// JsonConverter with `schemas.enable=false`: the schema is inferred from each record, so
@@ -413,28 +396,17 @@ async fn json_converter_records_decode_like_avro() {
 #[tokio::test]
 async fn plain_json_records_decode_with_an_inferred_schema() {
     let stack = Stack::from_env();
-    let name = unique("plain_json");
-    let pg = PgPool::connect(&stack.source_pg_url)
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "{}",
-                unreachable("PostgreSQL source", &stack.source_pg_url, e)
-            )
-        });
-    for sql in [
-        format!(
-            "CREATE TABLE public.{name} (id bigint PRIMARY KEY, label text, price numeric(10,2))"
-        ),
-        format!("INSERT INTO public.{name} VALUES (5, 'five', 123.45)"),
-    ] {
-        sqlx::query(AssertSqlSafe(sql.clone()))
-            .execute(&pg)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"));
-    }
-    let connector = Connector::start_with(&stack, &name, Converter::PlainJson).await;
-    let records = connector.read(1).await;
+    let (pg, connector, records) = capture(
+        &stack,
+        "plain_json",
+        &[
+            "CREATE TABLE public.{name} (id bigint PRIMARY KEY, label text, price numeric(10,2))",
+            "INSERT INTO public.{name} VALUES (5, 'five', 123.45)",
+        ],
+        Converter::PlainJson,
+        1,
+    )
+    .await;
     let batch = decode_all(&stack, Format::PlainJson { value_schema: None }, &records)
         .await
         .remove(0)
@@ -476,8 +448,44 @@ async fn plain_json_records_decode_with_an_inferred_schema() {
     let key = batch.column_by_name("key").expect("key").as_struct();
     assert_eq!(key.column(0).as_primitive::<Int64Type>().value(0), 5);
 
+    release(pg, connector).await;
+}
+
+/// Creates a source table with `sql` (`{name}` stands for its name), captures it with a
+/// connector using `converter`, and returns the pool, the connector and the first `n` records.
+async fn capture(
+    stack: &Stack,
+    prefix: &str,
+    sql: &[&str],
+    converter: Converter,
+    n: usize,
+) -> (PgPool, Connector, Vec<rdkafka::message::OwnedMessage>) {
+    let name = unique(prefix);
+    let pg = PgPool::connect(&stack.source_pg_url)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}",
+                unreachable("PostgreSQL source", &stack.source_pg_url, e)
+            )
+        });
+    for statement in sql {
+        let statement = statement.replace("{name}", &name);
+        sqlx::query(AssertSqlSafe(statement.clone()))
+            .execute(&pg)
+            .await
+            .unwrap_or_else(|e| panic!("{statement}: {e}"));
+    }
+    let connector = Connector::start_with(stack, &name, converter).await;
+    let records = connector.read(n).await;
+    (pg, connector, records)
+}
+
+/// Stops the connector and drops its table.
+async fn release(pg: PgPool, connector: Connector) {
+    let table = connector.table.clone();
     connector.stop(&pg).await;
-    sqlx::query(AssertSqlSafe(format!("DROP TABLE public.{name}")))
+    sqlx::query(AssertSqlSafe(format!("DROP TABLE {table}")))
         .execute(&pg)
         .await
         .expect("cleanup");
