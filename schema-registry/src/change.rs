@@ -9,7 +9,7 @@
 //! nulls in the value columns, so delete + tombstone pairs never split batches.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use arrow_array::builder::{
@@ -173,6 +173,8 @@ pub struct ChangeDecoder<R> {
     batch_rows: usize,
     prepared: HashMap<SchemaRef, Arc<Prepared>>,
     open: HashMap<(Arc<str>, i32), Open>,
+    /// Topic names seen, so a record costs no string allocation.
+    topics: HashSet<Arc<str>>,
     /// Closed batches not yet handed over: a record that fails after closing a batch must not
     /// take that batch down with it.
     ready: Vec<ChangeBatch>,
@@ -187,6 +189,7 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
             batch_rows: batch_rows.max(1),
             prepared: HashMap::new(),
             open: HashMap::new(),
+            topics: HashSet::new(),
             ready: Vec::new(),
         }
     }
@@ -218,6 +221,15 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
                 self.json(record)
             }
         }
+    }
+
+    fn topic(&mut self, topic: &str) -> Arc<str> {
+        if let Some(t) = self.topics.get(topic) {
+            return t.clone();
+        }
+        let t: Arc<str> = Arc::from(topic);
+        self.topics.insert(t.clone());
+        t
     }
 
     /// A JSON record's datum; its schema is prepared here the first time it is seen.
@@ -289,7 +301,7 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
             None => None,
         };
 
-        let part = (Arc::<str>::from(record.topic), record.partition);
+        let part = (self.topic(record.topic), record.partition);
         let key_schema = key.as_ref().map(|k| k.schema.clone());
         let value_schema = value.as_ref().map(|v| v.schema.clone());
         // A new batch when the schemas change; a tombstone joins whatever batch is open.
