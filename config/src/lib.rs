@@ -4,6 +4,7 @@
 //! This is the only crate that reads the process environment.
 
 mod overrides;
+mod raw;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -11,6 +12,9 @@ use std::path::Path;
 use serde::Deserialize;
 
 pub use overrides::ENV_PREFIX;
+pub use raw::{
+    Codec, Content, PartitionerKind, RawConfig, StoreConfig, TimestampSource, Tombstones,
+};
 
 /// The whole configuration of one lakesink process.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -19,6 +23,8 @@ pub struct Config {
     pub kafka: KafkaConfig,
     #[serde(default)]
     pub registry: RegistryConfig,
+    /// The raw layer; absent means no Parquet files are written.
+    pub raw: Option<RawConfig>,
 }
 
 /// Where records come from: one consumer group over a topic list or a regex.
@@ -132,6 +138,19 @@ fn default_group_id() -> String {
     "lakesink".to_owned()
 }
 
+/// Failpoints armed for crash tests, from `LAKESINK_FAILPOINTS` (comma separated).
+pub fn failpoints_from_env() -> Vec<String> {
+    std::env::var("LAKESINK_FAILPOINTS")
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
@@ -218,6 +237,9 @@ impl Config {
                 field: "registry.oauth",
                 reason: "use basic auth (username, password) or oauth, not both".into(),
             });
+        }
+        if let Some(raw) = &self.raw {
+            raw.validate()?;
         }
         match (k.topics.is_empty(), &k.topics_regex) {
             (true, None) => Err(ConfigError::Invalid {

@@ -1,5 +1,7 @@
 //! The `lakesink` binary.
 
+mod kafka;
+mod pipeline;
 mod tail;
 
 use std::path::PathBuf;
@@ -11,6 +13,7 @@ use lakesink_config::{Config, PayloadIds, RecordFormat, RegistryApi, RegistryCon
 use lakesink_schema_registry::{
     Api, Auth, CachedResolver, FixedResolver, Format, HttpRegistry, HttpRegistryConfig, IdKind,
 };
+use lakesink_writers::parquet::ParquetWriter;
 
 #[derive(Parser)]
 #[command(
@@ -24,9 +27,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Consume the configured topics, decode each record and print one JSON line per row
-    /// (the Parquet and PostgreSQL sinks come later).
+    /// Consume the configured topics into the configured sinks (the raw layer).
     Run {
+        /// The TOML config file.
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+    /// Consume the configured topics, decode each record and print one JSON line per row.
+    Tail {
         /// The TOML config file.
         #[arg(short, long)]
         config: PathBuf,
@@ -41,10 +49,22 @@ async fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    match Cli::parse().command {
-        Command::Run { config } => {
+    let (config, tail) = match Cli::parse().command {
+        Command::Run { config } => (config, false),
+        Command::Tail { config } => (config, true),
+    };
+    {
+        {
             let config =
                 Config::load(&config).with_context(|| format!("loading {}", config.display()))?;
+            lakesink_writers::failpoint::arm(lakesink_config::failpoints_from_env());
+            let raw = match (&config.raw, tail) {
+                (_, true) => None,
+                (Some(raw), false) => Some(ParquetWriter::new(raw)?),
+                (None, false) => anyhow::bail!(
+                    "no sink is configured: add a [raw] section (or use `lakesink tail` to print rows)"
+                ),
+            };
             let format = match config.kafka.format {
                 RecordFormat::ConnectJson => Format::ConnectJson,
                 RecordFormat::Json => Format::PlainJson {
@@ -72,15 +92,20 @@ async fn main() -> anyhow::Result<()> {
                     },
                 },
             };
-            match format {
-                Format::Avro { .. } => {
-                    let registry = HttpRegistry::new(registry_config(&config.registry)?)?;
-                    tail::run(&config.kafka, CachedResolver::new(registry), format).await
+            match (format, raw) {
+                (format @ Format::Avro { .. }, raw) => {
+                    let registry =
+                        CachedResolver::new(HttpRegistry::new(registry_config(&config.registry)?)?);
+                    match raw {
+                        Some(raw) => pipeline::run(&config.kafka, registry, format, raw).await,
+                        None => tail::run(&config.kafka, registry, format).await,
+                    }
                 }
                 // JSON records carry or infer their schemas: no registry is asked.
-                Format::ConnectJson | Format::PlainJson { .. } => {
-                    tail::run(&config.kafka, FixedResolver::new(), format).await
+                (format, Some(raw)) => {
+                    pipeline::run(&config.kafka, FixedResolver::new(), format, raw).await
                 }
+                (format, None) => tail::run(&config.kafka, FixedResolver::new(), format).await,
             }
         }
     }

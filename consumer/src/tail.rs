@@ -10,13 +10,14 @@ use std::time::Duration;
 use anyhow::Context;
 use arrow_array::RecordBatch;
 use lakesink_config::KafkaConfig;
-use lakesink_schema_registry::{ChangeBatch, ChangeDecoder, Format, KafkaRecord, SchemaResolver};
-use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use lakesink_schema_registry::{ChangeBatch, ChangeDecoder, Format, SchemaResolver};
+
+use crate::kafka;
+use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedMessage, Headers};
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use rdkafka::{Message, Offset, TopicPartitionList};
 use tokio::signal::unix::{SignalKind, signal};
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 /// Print what is decoded after this many records, or after this long without a record.
 const FLUSH_RECORDS: usize = 1024;
@@ -28,19 +29,7 @@ pub(crate) async fn run<R: SchemaResolver>(
     resolver: R,
     format: Format,
 ) -> anyhow::Result<()> {
-    let consumer = consumer(config)?;
-    let subscription = match &config.topics_regex {
-        // librdkafka treats a topic starting with `^` as a regex.
-        Some(regex) if regex.starts_with('^') => vec![regex.clone()],
-        Some(regex) => vec![format!("^{regex}")],
-        None => config.topics.clone(),
-    };
-    let topics: Vec<&str> = subscription.iter().map(String::as_str).collect();
-    consumer
-        .subscribe(&topics)
-        .with_context(|| format!("subscribing to {topics:?}"))?;
-    info!(brokers = %config.brokers, group = %config.group_id, ?topics, "consuming");
-
+    let (consumer, revoked) = kafka::subscribe(config)?;
     let mut decoder = ChangeDecoder::new(resolver, format, FLUSH_RECORDS);
     // The next offset to store per partition, once what came before it is printed.
     let mut consumed: HashMap<(String, i32), i64> = HashMap::new();
@@ -57,10 +46,14 @@ pub(crate) async fn run<R: SchemaResolver>(
                 flush(&mut decoder, &consumer, &mut consumed)?;
                 unflushed = 0;
             }
-            Ok(Err(e)) if is_transient(&e) => warn!(error = %e, "consumer: waiting"),
+            Ok(Err(e)) if kafka::is_transient(&e) => warn!(error = %e, "consumer: waiting"),
             Ok(Err(e)) => return Err(e).context("consuming"),
             Ok(Ok(msg)) => {
-                for batch in push(&mut decoder, &msg).await? {
+                for (topic, partition) in revoked.take() {
+                    decoder.finish_partition(&topic, partition)?;
+                    consumed.remove(&(topic, partition));
+                }
+                for batch in kafka::push(&mut decoder, &msg).await? {
                     print(&batch)?;
                 }
                 consumed.insert((msg.topic().to_owned(), msg.partition()), msg.offset() + 1);
@@ -82,43 +75,10 @@ pub(crate) async fn run<R: SchemaResolver>(
     Ok(())
 }
 
-async fn push<R: SchemaResolver>(
-    decoder: &mut ChangeDecoder<R>,
-    msg: &BorrowedMessage<'_>,
-) -> anyhow::Result<Vec<ChangeBatch>> {
-    // Kafka's lastHeader semantics, as Apicurio reads them.
-    let header = |name: &str| {
-        msg.headers()
-            .and_then(|hs| hs.iter().filter(|h| h.key == name).last())
-            .and_then(|h| h.value)
-    };
-    let pushed = decoder
-        .push(KafkaRecord {
-            topic: msg.topic(),
-            partition: msg.partition(),
-            offset: msg.offset(),
-            timestamp: msg.timestamp().to_millis(),
-            key: msg.key(),
-            value: msg.payload(),
-            headers: &header,
-        })
-        .await?;
-    if let Some(kind) = pushed.skipped {
-        debug!(
-            topic = msg.topic(),
-            partition = msg.partition(),
-            offset = msg.offset(),
-            ?kind,
-            "not a row; skipped"
-        );
-    }
-    Ok(pushed.completed)
-}
-
 /// Prints every open batch, then stores the offsets of everything consumed so far.
 fn flush<R: SchemaResolver>(
     decoder: &mut ChangeDecoder<R>,
-    consumer: &StreamConsumer,
+    consumer: &kafka::GroupConsumer,
     consumed: &mut HashMap<(String, i32), i64>,
 ) -> anyhow::Result<()> {
     for batch in decoder.finish_all()? {
@@ -155,36 +115,4 @@ fn print(batch: &ChangeBatch) -> anyhow::Result<()> {
         out.write_all(b"\n")?;
     }
     Ok(())
-}
-
-/// Errors librdkafka recovers from by itself: a subscribed topic that does not exist yet
-/// (Debezium creates it with its first event), or a broker that is briefly unreachable.
-fn is_transient(e: &KafkaError) -> bool {
-    use RDKafkaErrorCode::*;
-    matches!(
-        e.rdkafka_error_code(),
-        Some(
-            UnknownTopicOrPartition
-                | UnknownTopic
-                | BrokerTransportFailure
-                | AllBrokersDown
-                | OperationTimedOut
-        )
-    )
-}
-
-fn consumer(config: &KafkaConfig) -> anyhow::Result<StreamConsumer> {
-    let mut cc = ClientConfig::new();
-    cc.set("bootstrap.servers", &config.brokers)
-        .set("group.id", &config.group_id)
-        .set("enable.auto.commit", "true")
-        .set("enable.auto.offset.store", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("partition.assignment.strategy", "cooperative-sticky")
-        // A regex subscription sees new topics only on a metadata refresh (default 5 min).
-        .set("topic.metadata.refresh.interval.ms", "10000");
-    for (k, v) in &config.properties {
-        cc.set(k, v);
-    }
-    cc.create().context("creating the Kafka consumer")
 }

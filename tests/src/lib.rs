@@ -4,6 +4,7 @@
 //! so `cargo test` works after `dev/stack up` without sourcing anything.
 
 pub mod debezium;
+pub mod workload;
 
 use std::time::Duration;
 

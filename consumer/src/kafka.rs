@@ -1,0 +1,145 @@
+//! The Kafka side: the consumer group, rebalance notifications and decoding a message.
+
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context;
+use lakesink_config::KafkaConfig;
+use lakesink_schema_registry::{ChangeBatch, ChangeDecoder, KafkaRecord, SchemaResolver};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, StreamConsumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{BorrowedMessage, Headers};
+use rdkafka::{ClientConfig, ClientContext, Message};
+use tracing::{debug, info, warn};
+
+/// Partitions taken away by the group, collected during `recv` and handled by the loop
+/// before it looks at the next message.
+#[derive(Default, Clone)]
+pub(crate) struct Revoked(Arc<Mutex<Vec<(String, i32)>>>);
+
+impl Revoked {
+    pub(crate) fn take(&self) -> Vec<(String, i32)> {
+        self.0
+            .lock()
+            .map(|mut v| std::mem::take(&mut *v))
+            .unwrap_or_default()
+    }
+}
+
+pub(crate) struct GroupContext {
+    revoked: Revoked,
+}
+
+impl ClientContext for GroupContext {}
+
+impl ConsumerContext for GroupContext {
+    fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Revoke(list) => {
+                let parts: Vec<(String, i32)> = list
+                    .elements()
+                    .iter()
+                    .map(|e| (e.topic().to_owned(), e.partition()))
+                    .collect();
+                info!(?parts, "partitions revoked");
+                if let Ok(mut v) = self.revoked.0.lock() {
+                    v.extend(parts);
+                }
+            }
+            Rebalance::Assign(list) => {
+                let parts: Vec<(String, i32)> = list
+                    .elements()
+                    .iter()
+                    .map(|e| (e.topic().to_owned(), e.partition()))
+                    .collect();
+                info!(?parts, "partitions assigned");
+            }
+            Rebalance::Error(e) => warn!(error = %e, "rebalance error"),
+        }
+    }
+}
+
+pub(crate) type GroupConsumer = StreamConsumer<GroupContext>;
+
+/// A consumer in the configured group, subscribed; offsets are stored by the caller only.
+pub(crate) fn subscribe(config: &KafkaConfig) -> anyhow::Result<(GroupConsumer, Revoked)> {
+    let mut cc = ClientConfig::new();
+    cc.set("bootstrap.servers", &config.brokers)
+        .set("group.id", &config.group_id)
+        .set("enable.auto.commit", "true")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("partition.assignment.strategy", "cooperative-sticky")
+        // A regex subscription sees new topics only on a metadata refresh (default 5 min).
+        .set("topic.metadata.refresh.interval.ms", "10000");
+    for (k, v) in &config.properties {
+        cc.set(k, v);
+    }
+    let revoked = Revoked::default();
+    let consumer: GroupConsumer = cc
+        .create_with_context(GroupContext {
+            revoked: revoked.clone(),
+        })
+        .context("creating the Kafka consumer")?;
+    let subscription = match &config.topics_regex {
+        // librdkafka treats a topic starting with `^` as a regex.
+        Some(regex) if regex.starts_with('^') => vec![regex.clone()],
+        Some(regex) => vec![format!("^{regex}")],
+        None => config.topics.clone(),
+    };
+    let topics: Vec<&str> = subscription.iter().map(String::as_str).collect();
+    consumer
+        .subscribe(&topics)
+        .with_context(|| format!("subscribing to {topics:?}"))?;
+    info!(brokers = %config.brokers, group = %config.group_id, ?topics, "consuming");
+    Ok((consumer, revoked))
+}
+
+/// Decodes one message; non-row records are logged and yield nothing.
+pub(crate) async fn push<R: SchemaResolver>(
+    decoder: &mut ChangeDecoder<R>,
+    msg: &BorrowedMessage<'_>,
+) -> Result<Vec<ChangeBatch>, lakesink_schema_registry::ChangeError> {
+    // Kafka's lastHeader semantics, as Apicurio reads them.
+    let header = |name: &str| {
+        msg.headers()
+            .and_then(|hs| hs.iter().filter(|h| h.key == name).last())
+            .and_then(|h| h.value)
+    };
+    let pushed = decoder
+        .push(KafkaRecord {
+            topic: msg.topic(),
+            partition: msg.partition(),
+            offset: msg.offset(),
+            timestamp: msg.timestamp().to_millis(),
+            key: msg.key(),
+            value: msg.payload(),
+            headers: &header,
+        })
+        .await?;
+    if let Some(kind) = pushed.skipped {
+        debug!(
+            topic = msg.topic(),
+            partition = msg.partition(),
+            offset = msg.offset(),
+            ?kind,
+            "not a row; skipped"
+        );
+    }
+    Ok(pushed.completed)
+}
+
+/// Errors librdkafka recovers from by itself: a subscribed topic that does not exist yet
+/// (Debezium creates it with its first event), or a broker that is briefly unreachable.
+pub(crate) fn is_transient(e: &KafkaError) -> bool {
+    use RDKafkaErrorCode::*;
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            UnknownTopicOrPartition
+                | UnknownTopic
+                | BrokerTransportFailure
+                | AllBrokersDown
+                | OperationTimedOut
+        )
+    )
+}

@@ -1,0 +1,300 @@
+//! The raw layer against the real stack: the `lakesink` binary reads a real topic into
+//! Parquet on the S3 server, is killed at named failpoints, restarts, and in the end the
+//! files hold every record of the topic exactly once.
+
+use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int32Type, Int64Type};
+use futures::TryStreamExt;
+use lakesink_tests::workload::Table;
+use lakesink_tests::{Stack, unique};
+use object_store::aws::AmazonS3Builder;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+
+const BASE_TS: i64 = 1_714_568_400_000; // 2024-05-01T13:00:00Z
+
+struct Run {
+    stack: Stack,
+    topic: String,
+    group: String,
+    prefix: String,
+    partitions: i32,
+    config: PathBuf,
+}
+
+impl Run {
+    fn new(stack: Stack, topic: &str, partitions: i32, raw_extra: &str) -> Self {
+        let group = unique("group");
+        let prefix = unique("raw");
+        let dir = std::env::temp_dir().join(unique("lakesink-test"));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let config = dir.join("lakesink.toml");
+        let text = format!(
+            r#"
+[kafka]
+brokers = "{brokers}"
+group-id = "{group}"
+topics = ["{topic}"]
+
+[registry]
+url = "{registry}"
+
+[raw]
+url = "s3://{bucket}/{prefix}"
+{raw_extra}
+
+[raw.store]
+endpoint = "{endpoint}"
+region = "{region}"
+access-key-id = "{key}"
+secret-access-key = "{secret}"
+allow-http = true
+"#,
+            brokers = stack.kafka_brokers,
+            registry = stack.registry_url,
+            bucket = stack.s3_bucket,
+            endpoint = stack.s3_endpoint,
+            region = stack.s3_region,
+            key = stack.s3_access_key_id,
+            secret = stack.s3_secret_access_key,
+        );
+        std::fs::write(&config, text).expect("config written");
+        Self {
+            stack,
+            topic: topic.to_owned(),
+            group,
+            prefix,
+            partitions,
+            config,
+        }
+    }
+
+    fn start(&self, failpoint: Option<&str>) -> Child {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lakesink"));
+        cmd.args(["run", "--config"]).arg(&self.config);
+        if let Some(fp) = failpoint {
+            cmd.env("LAKESINK_FAILPOINTS", fp);
+        }
+        cmd.env("RUST_LOG", "warn");
+        cmd.spawn().expect("lakesink starts")
+    }
+
+    /// Runs until the failpoint kills the process.
+    fn crash_at(&self, failpoint: &str) {
+        let mut child = self.start(Some(failpoint));
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                assert_eq!(
+                    status.signal(),
+                    Some(9),
+                    "lakesink should die by SIGKILL at {failpoint}, got {status}"
+                );
+                return;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("failpoint {failpoint} was never reached");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Runs without failpoints until every record is committed, then stops it with SIGTERM.
+    fn run_to_end(&self, end: &BTreeMap<i32, i64>) {
+        let mut child = self.start(None);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while self.committed() != *end {
+            if let Some(status) = child.try_wait().expect("wait") {
+                panic!("lakesink exited early: {status}");
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!(
+                    "committed offsets {:?} never reached {end:?}",
+                    self.committed()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        let pid = child.id().to_string();
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill");
+        let status = child.wait().expect("wait");
+        assert!(
+            status.success(),
+            "lakesink stops cleanly on SIGTERM: {status}"
+        );
+    }
+
+    fn committed(&self) -> BTreeMap<i32, i64> {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.stack.kafka_brokers)
+            .set("group.id", &self.group)
+            .create()
+            .expect("consumer");
+        let mut list = TopicPartitionList::new();
+        for p in 0..self.partitions {
+            list.add_partition(&self.topic, p);
+        }
+        let got = consumer
+            .committed_offsets(list, Duration::from_secs(10))
+            .expect("committed offsets");
+        got.elements()
+            .iter()
+            .filter_map(|e| match e.offset() {
+                Offset::Offset(o) => Some((e.partition(), o)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn store(&self) -> Arc<dyn ObjectStore> {
+        Arc::new(
+            AmazonS3Builder::new()
+                .with_bucket_name(&self.stack.s3_bucket)
+                .with_endpoint(&self.stack.s3_endpoint)
+                .with_region(&self.stack.s3_region)
+                .with_access_key_id(&self.stack.s3_access_key_id)
+                .with_secret_access_key(&self.stack.s3_secret_access_key)
+                .with_allow_http(true)
+                .build()
+                .expect("s3 client"),
+        )
+    }
+
+    /// (partition, offset) of every row in every data file, and the number of files.
+    async fn rows(&self) -> (Vec<(i32, i64)>, usize) {
+        let store = self.store();
+        let prefix = Path::from(format!("{}/topics", self.prefix));
+        let metas: Vec<_> = store.list(Some(&prefix)).try_collect().await.expect("list");
+        let mut rows = Vec::new();
+        for m in &metas {
+            let bytes = store
+                .get(&m.location)
+                .await
+                .expect("get")
+                .bytes()
+                .await
+                .expect("bytes");
+            let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
+                .unwrap_or_else(|e| panic!("{} is not Parquet: {e}", m.location))
+                .build()
+                .expect("reader");
+            for batch in reader {
+                let batch = batch.expect("batch");
+                let p = batch
+                    .column_by_name("__partition")
+                    .expect("__partition")
+                    .as_primitive::<Int32Type>();
+                let o = batch
+                    .column_by_name("__offset")
+                    .expect("__offset")
+                    .as_primitive::<Int64Type>();
+                rows.extend(p.values().iter().copied().zip(o.values().iter().copied()));
+            }
+        }
+        rows.sort();
+        (rows, metas.len())
+    }
+}
+
+fn expected(partitions: i32, count: i64) -> (Vec<(i32, i64)>, BTreeMap<i32, i64>) {
+    let mut per: BTreeMap<i32, i64> = BTreeMap::new();
+    for i in 0..count {
+        *per.entry((i % i64::from(partitions)) as i32).or_default() += 1;
+    }
+    let rows = per
+        .iter()
+        .flat_map(|(&p, &n)| (0..n).map(move |o| (p, o)))
+        .collect();
+    (rows, per)
+}
+
+fn assert_exactly_once(got: &[(i32, i64)], want: &[(i32, i64)]) {
+    let mut dups = got.to_vec();
+    dups.dedup();
+    assert_eq!(
+        dups.len(),
+        got.len(),
+        "{} rows are duplicated",
+        got.len() - dups.len()
+    );
+    let missing: Vec<_> = want
+        .iter()
+        .filter(|r| got.binary_search(r).is_err())
+        .take(5)
+        .collect();
+    assert!(missing.is_empty(), "rows missing, e.g. {missing:?}");
+    assert_eq!(got, want);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_record_lands_once_across_crashes_at_every_failpoint() {
+    let stack = Stack::from_env();
+    let topic = unique("raw-crash");
+    let (partitions, count) = (3, 6_000);
+    let table = Table::create(&stack, &topic, partitions).await;
+    let s = stack.clone();
+    tokio::task::spawn_blocking(move || table.produce(&s, partitions, count, BASE_TS))
+        .await
+        .expect("produce");
+    // Hourly directories from the record time (records 2 s apart span two hours), small
+    // segments, and a wall-clock schedule: cuts that a restart cannot recompute.
+    let run = Run::new(
+        stack,
+        &topic,
+        partitions,
+        "flush-size = 700\npartitioner = \"time\"\npath-format = \"'dt'=yyyy-MM-dd/'hour'=HH\"\npartition-duration-ms = 3600000\nrotate-schedule-interval-ms = 300\nrotate-interval-ms = 2000",
+    );
+    for failpoint in [
+        "raw.before-marker",
+        "raw.before-upload",
+        "raw.after-upload",
+        "raw.before-upload",
+    ] {
+        run.crash_at(failpoint);
+    }
+    let (want, end) = expected(partitions, count);
+    run.run_to_end(&end);
+    let (got, files) = run.rows().await;
+    assert!(files > 3 * 2, "several files per partition: {files}");
+    assert_exactly_once(&got, &want);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crash_in_the_middle_of_a_multipart_upload_loses_nothing() {
+    let stack = Stack::from_env();
+    let topic = unique("raw-multipart");
+    let (partitions, count) = (1, 120_000);
+    let table = Table::create(&stack, &topic, partitions).await;
+    let s = stack.clone();
+    tokio::task::spawn_blocking(move || table.produce(&s, partitions, count, BASE_TS))
+        .await
+        .expect("produce");
+    let run = Run::new(
+        stack,
+        &topic,
+        partitions,
+        "flush-size = 1000000\ncodec = \"none\"\nrow-group-rows = 8192\npart-size-bytes = 5242880\nrotate-interval-ms = 1500",
+    );
+    run.crash_at("raw.mid-multipart");
+    let (want, end) = expected(partitions, count);
+    run.run_to_end(&end);
+    let (got, files) = run.rows().await;
+    assert_eq!(files, 1, "one file, uploaded in parts");
+    assert_exactly_once(&got, &want);
+}

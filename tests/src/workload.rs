@@ -1,0 +1,285 @@
+//! A synthetic Debezium table for tests and benchmarks: the key and envelope schemas Debezium's
+//! PostgreSQL connector registers for a 10-column table, registered in the real registry, and
+//! change events encoded as the Apicurio 3.x / Confluent converters frame them
+//! (`0x00`, 4-byte contentId, Avro datum).
+
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use serde_json::{Value, json};
+
+use crate::{Stack, unreachable};
+
+/// The table's value schema (Debezium's `Value` record).
+fn value_schema(ns: &str) -> Value {
+    json!({
+        "type": "record", "name": "Value", "namespace": ns, "fields": [
+            {"name": "id", "type": "long"},
+            {"name": "customer_id", "type": "long"},
+            {"name": "sku", "type": "string"},
+            {"name": "quantity", "type": "int"},
+            {"name": "price", "type": {"type": "bytes", "scale": 2, "precision": 10,
+                "connect.version": 1, "connect.parameters": {"scale": "2", "connect.decimal.precision": "10"},
+                "connect.name": "org.apache.kafka.connect.data.Decimal", "logicalType": "decimal"}},
+            {"name": "status", "type": "string"},
+            {"name": "note", "type": ["null", "string"], "default": null},
+            {"name": "active", "type": "boolean"},
+            {"name": "created_at", "type": {"type": "long", "connect.version": 1,
+                "connect.name": "io.debezium.time.MicroTimestamp"}},
+            {"name": "updated_at", "type": {"type": "string", "connect.version": 1,
+                "connect.name": "io.debezium.time.ZonedTimestamp"}}
+        ],
+        "connect.name": format!("{ns}.Value")
+    })
+}
+
+fn envelope_schema(ns: &str) -> Value {
+    let source = json!({
+        "type": "record", "name": "Source", "namespace": "io.debezium.connector.postgresql",
+        "fields": [
+            {"name": "version", "type": "string"},
+            {"name": "connector", "type": "string"},
+            {"name": "name", "type": "string"},
+            {"name": "ts_ms", "type": "long"},
+            {"name": "snapshot", "type": [{"type": "string", "connect.version": 1,
+                "connect.parameters": {"allowed": "true,first,first_in_data_collection,last_in_data_collection,last,false,incremental"},
+                "connect.default": "false", "connect.name": "io.debezium.data.Enum"}, "null"], "default": "false"},
+            {"name": "db", "type": "string"},
+            {"name": "sequence", "type": ["null", "string"], "default": null},
+            {"name": "schema", "type": "string"},
+            {"name": "table", "type": "string"},
+            {"name": "txId", "type": ["null", "long"], "default": null},
+            {"name": "lsn", "type": ["null", "long"], "default": null},
+            {"name": "xmin", "type": ["null", "long"], "default": null}
+        ],
+        "connect.name": "io.debezium.connector.postgresql.Source"
+    });
+    json!({
+        "type": "record", "name": "Envelope", "namespace": ns, "fields": [
+            {"name": "before", "type": ["null", value_schema(ns)], "default": null},
+            {"name": "after", "type": ["null", "Value"], "default": null},
+            {"name": "source", "type": source},
+            {"name": "op", "type": "string"},
+            {"name": "ts_ms", "type": ["null", "long"], "default": null},
+            {"name": "transaction", "type": ["null", {"type": "record", "name": "block",
+                "namespace": "event", "fields": [
+                    {"name": "id", "type": "string"},
+                    {"name": "total_order", "type": "long"},
+                    {"name": "data_collection_order", "type": "long"}
+                ], "connect.version": 1, "connect.name": "event.block"}], "default": null}
+        ],
+        "connect.version": 2,
+        "connect.name": format!("{ns}.Envelope")
+    })
+}
+
+fn key_schema(ns: &str) -> Value {
+    json!({"type": "record", "name": "Key", "namespace": ns,
+        "fields": [{"name": "id", "type": "long"}], "connect.name": format!("{ns}.Key")})
+}
+
+/// One table's topic with its registered schemas.
+pub struct Table {
+    pub topic: String,
+    key_id: u32,
+    value_id: u32,
+}
+
+/// Registers `schema` under a new artifact and returns its contentId.
+async fn register(stack: &Stack, artifact: &str, schema: &Value) -> u32 {
+    let body = json!({
+        "artifactId": artifact,
+        "artifactType": "AVRO",
+        "firstVersion": {"content": {"content": schema.to_string(), "contentType": "application/json"}}
+    });
+    let url = format!(
+        "{}/apis/registry/v3/groups/default/artifacts?ifExists=FIND_OR_CREATE_VERSION",
+        stack.registry_url
+    );
+    let resp = reqwest::Client::new()
+        .post(&url)
+        .json(&body)
+        .send()
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}",
+                unreachable("Apicurio Registry", &stack.registry_url, e)
+            )
+        });
+    let status = resp.status();
+    let created: Value = resp.json().await.expect("registry answer is JSON");
+    assert!(
+        status.is_success(),
+        "register {artifact}: {status} {created}"
+    );
+    created["version"]["contentId"]
+        .as_u64()
+        .and_then(|id| u32::try_from(id).ok())
+        .expect("contentId")
+}
+
+impl Table {
+    /// Creates `topic` with `partitions` and registers the table's schemas.
+    pub async fn create(stack: &Stack, topic: &str, partitions: i32) -> Self {
+        let admin: AdminClient<_> = ClientConfig::new()
+            .set("bootstrap.servers", &stack.kafka_brokers)
+            .create()
+            .expect("admin client");
+        let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+        let created = admin
+            .create_topics([&new], &AdminOptions::new())
+            .await
+            .unwrap_or_else(|e| panic!("{}", unreachable("Kafka", &stack.kafka_brokers, e)));
+        for r in created {
+            r.unwrap_or_else(|(t, e)| panic!("creating topic {t}: {e}"));
+        }
+        let ns = topic.replace('-', "_");
+        Self {
+            topic: topic.to_owned(),
+            key_id: register(stack, &format!("{topic}-key"), &key_schema(&ns)).await,
+            value_id: register(stack, &format!("{topic}-value"), &envelope_schema(&ns)).await,
+        }
+    }
+
+    /// The framed key of row `id`.
+    pub fn key(&self, id: i64) -> Vec<u8> {
+        let mut out = frame(self.key_id);
+        long(&mut out, id);
+        out
+    }
+
+    /// The framed change event: `op` is `c`, `u` or `d`; `version` changes the row's values.
+    pub fn event(&self, id: i64, op: char, version: i64, ts_ms: i64) -> Vec<u8> {
+        let mut out = frame(self.value_id);
+        let row = |out: &mut Vec<u8>, v: i64| {
+            long(out, 1); // union branch: the record
+            long(out, id);
+            long(out, id % 1000);
+            string(out, &format!("SKU-{:06}", id % 100_000));
+            long(out, (v % 50) + 1); // int and long share the zig-zag varint
+            let cents: i64 = 100 + (id * 7 + v) % 100_000;
+            let be = cents.to_be_bytes();
+            let skip = be.iter().take_while(|&&b| b == 0).count().min(7);
+            let skip = if be[skip] & 0x80 != 0 { skip - 1 } else { skip };
+            bytes(out, &be[skip..]);
+            string(
+                out,
+                ["new", "paid", "shipped", "delivered"][(v % 4) as usize],
+            );
+            if id % 3 == 0 {
+                long(out, 0);
+            } else {
+                long(out, 1);
+                string(out, "leave at the door");
+            }
+            out.push(u8::from(id % 2 == 0));
+            long(out, ts_ms * 1000 + 123);
+            string(out, "2024-05-01T13:00:00.123456Z");
+        };
+        match op {
+            'c' => {
+                long(&mut out, 0);
+                row(&mut out, version);
+            }
+            'u' => {
+                row(&mut out, version - 1);
+                row(&mut out, version);
+            }
+            _ => {
+                row(&mut out, version);
+                long(&mut out, 0);
+            }
+        }
+        // source
+        string(&mut out, "3.6.1.Final");
+        string(&mut out, "postgresql");
+        string(&mut out, "bench");
+        long(&mut out, ts_ms);
+        long(&mut out, 0);
+        string(&mut out, "false");
+        string(&mut out, "source");
+        long(&mut out, 0);
+        string(&mut out, "public");
+        string(&mut out, "orders");
+        long(&mut out, 1);
+        long(&mut out, 1000 + id);
+        long(&mut out, 1);
+        long(&mut out, 30_000_000 + id);
+        long(&mut out, 0);
+        string(&mut out, &op.to_string());
+        long(&mut out, 1);
+        long(&mut out, ts_ms + 5);
+        long(&mut out, 0);
+        out
+    }
+
+    /// Produces `count` events of rows `0..count` to partitions round robin, then waits for
+    /// every delivery. Every tenth event is an update and every fiftieth a delete.
+    pub fn produce(&self, stack: &Stack, partitions: i32, count: i64, base_ts_ms: i64) {
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", &stack.kafka_brokers)
+            .set("linger.ms", "20")
+            .set("batch.size", "1000000")
+            .set("compression.type", "lz4")
+            .set("queue.buffering.max.messages", "1000000")
+            .create()
+            .expect("producer");
+        for i in 0..count {
+            let op = match i % 50 {
+                49 => 'd',
+                n if n % 10 == 9 => 'u',
+                _ => 'c',
+            };
+            let key = self.key(i);
+            let value = self.event(i, op, i % 7 + 1, base_ts_ms + i);
+            let mut record = BaseRecord::to(&self.topic)
+                .key(&key)
+                .payload(&value)
+                .partition((i % i64::from(partitions)) as i32)
+                .timestamp(base_ts_ms + i);
+            loop {
+                match producer.send(record) {
+                    Ok(()) => break,
+                    Err((_, r)) => {
+                        producer.poll(Duration::from_millis(10));
+                        record = r;
+                    }
+                }
+            }
+            if i % 10_000 == 0 {
+                producer.poll(Duration::ZERO);
+            }
+        }
+        producer
+            .flush(Duration::from_secs(120))
+            .expect("every record delivered");
+    }
+}
+
+fn frame(id: u32) -> Vec<u8> {
+    let mut out = Vec::with_capacity(400);
+    out.push(0);
+    out.extend_from_slice(&id.to_be_bytes());
+    out
+}
+
+fn long(out: &mut Vec<u8>, v: i64) {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    while z >= 0x80 {
+        out.push((z as u8) | 0x80);
+        z >>= 7;
+    }
+    out.push(z as u8);
+}
+
+fn bytes(out: &mut Vec<u8>, b: &[u8]) {
+    long(out, b.len() as i64);
+    out.extend_from_slice(b);
+}
+
+fn string(out: &mut Vec<u8>, s: &str) {
+    bytes(out, s.as_bytes());
+}

@@ -1,0 +1,228 @@
+//! What a raw-layer row holds: the whole change event with its Kafka coordinates, or the row
+//! image flattened for analytics.
+
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::{
+    Array, ArrayRef, BooleanArray, Int32Array, RecordBatch, StringArray, StructArray,
+};
+use arrow_schema::{DataType, Field, Schema};
+use lakesink_config::Content;
+use lakesink_schema_registry::{ChangeBatch, ValueShape};
+
+use super::partitioner::lookup;
+
+/// The rows to write for `batch`, in the batch's row order.
+pub fn shape(batch: &ChangeBatch, content: Content) -> Result<RecordBatch, String> {
+    let rows = &batch.rows;
+    let n = rows.num_rows();
+    let mut fields: Vec<Field> = vec![
+        Field::new("__topic", DataType::Utf8, false),
+        Field::new("__partition", DataType::Int32, false),
+    ];
+    let mut columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
+            &*batch.topic,
+            n,
+        ))),
+        Arc::new(Int32Array::from_value(batch.partition, n)),
+    ];
+    let mut push = |fields: &mut Vec<Field>, name: &str| -> Result<(), String> {
+        let (i, f) = rows
+            .schema()
+            .column_with_name(name)
+            .map(|(i, f)| (i, f.clone()))
+            .ok_or_else(|| format!("the change batch has no column {name}"))?;
+        fields.push(f);
+        columns.push(rows.column(i).clone());
+        Ok(())
+    };
+    match content {
+        Content::Envelope => {
+            for f in rows.schema().fields() {
+                push(&mut fields, f.name())?;
+            }
+        }
+        Content::Flattened => {
+            push(&mut fields, "__offset")?;
+            push(&mut fields, "__timestamp")?;
+            let image: Option<ArrayRef> = match batch.shape {
+                ValueShape::Envelope => {
+                    let after = rows.column_by_name("after");
+                    let before = rows.column_by_name("before");
+                    match (after, before) {
+                        (Some(after), Some(before)) => Some(row_image(after, before)?),
+                        (Some(after), None) => Some(after.clone()),
+                        _ => None,
+                    }
+                }
+                ValueShape::Flattened => rows.column_by_name("after").cloned(),
+                ValueShape::KeyOnly => rows.column_by_name("key").cloned(),
+            };
+            let mut names: Vec<String> = Vec::new();
+            if let Some(image) = &image
+                && let Some(image) = image.as_struct_opt()
+            {
+                for (field, child) in image.fields().iter().zip(image.columns()) {
+                    fields.push(field.as_ref().clone().with_nullable(true));
+                    columns.push(with_parent_nulls(child, image)?);
+                    names.push(field.name().clone());
+                }
+            }
+            let op = rows
+                .column_by_name("__op")
+                .ok_or("the change batch has no __op")?;
+            if !names.iter().any(|n| n == "__op") {
+                fields.push(Field::new("__op", op.data_type().clone(), true));
+                columns.push(op.clone());
+            }
+            if !names.iter().any(|n| n == "__deleted") {
+                let op = op.as_string_opt::<i32>().ok_or("__op is not text")?;
+                let deleted: BooleanArray = op.iter().map(|o| Some(o == Some("d"))).collect();
+                fields.push(Field::new("__deleted", DataType::Boolean, true));
+                columns.push(Arc::new(deleted));
+            }
+            if !names.iter().any(|n| n == "__source_ts_ms")
+                && let Some(ts) = lookup(rows, &["source".into(), "ts_ms".into()])
+            {
+                fields.push(Field::new("__source_ts_ms", ts.data_type().clone(), true));
+                columns.push(ts);
+            }
+        }
+    }
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).map_err(|e| e.to_string())
+}
+
+/// `after` where it is set, else `before` (deletes).
+fn row_image(after: &ArrayRef, before: &ArrayRef) -> Result<ArrayRef, String> {
+    if after.null_count() == 0 || after.data_type() != before.data_type() {
+        return Ok(after.clone());
+    }
+    let has_after: BooleanArray = (0..after.len()).map(|i| Some(after.is_valid(i))).collect();
+    arrow_select::zip::zip(&has_after, after, before).map_err(|e| e.to_string())
+}
+
+fn with_parent_nulls(child: &ArrayRef, parent: &StructArray) -> Result<ArrayRef, String> {
+    let Some(nulls) = parent.nulls() else {
+        return Ok(child.clone());
+    };
+    let combined = arrow_buffer::NullBuffer::union(Some(nulls), child.nulls());
+    let data = child
+        .to_data()
+        .into_builder()
+        .nulls(combined)
+        .build()
+        .map_err(|e| e.to_string())?;
+    Ok(arrow_array::make_array(data))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{Int64Array, TimestampMillisecondArray};
+    use arrow_schema::Fields;
+
+    fn image(ids: Vec<Option<i64>>, valid: Vec<bool>) -> StructArray {
+        let fields = Fields::from(vec![Field::new("id", DataType::Int64, true)]);
+        StructArray::new(
+            fields,
+            vec![Arc::new(Int64Array::from(ids))],
+            Some(valid.into()),
+        )
+    }
+
+    fn envelope() -> ChangeBatch {
+        let after = image(vec![Some(1), Some(0), None], vec![true, false, false]);
+        let before = image(vec![None, Some(2), None], vec![false, true, false]);
+        let t = after.data_type().clone();
+        let schema = Schema::new(vec![
+            Field::new("__offset", DataType::Int64, false),
+            Field::new(
+                "__timestamp",
+                DataType::Timestamp(arrow_schema::TimeUnit::Millisecond, Some("UTC".into())),
+                true,
+            ),
+            Field::new("__op", DataType::Utf8, false),
+            Field::new("__tombstone", DataType::Boolean, false),
+            Field::new("before", t.clone(), true),
+            Field::new("after", t, true),
+        ]);
+        let rows = RecordBatch::try_new(
+            Arc::new(schema),
+            vec![
+                Arc::new(Int64Array::from(vec![10, 11, 12])),
+                Arc::new(TimestampMillisecondArray::from(vec![1, 2, 3]).with_timezone("UTC")),
+                Arc::new(StringArray::from(vec!["c", "d", "d"])),
+                Arc::new(BooleanArray::from(vec![false, false, true])),
+                Arc::new(before),
+                Arc::new(after),
+            ],
+        )
+        .expect("rows");
+        ChangeBatch {
+            topic: Arc::from("t"),
+            partition: 3,
+            first_offset: 10,
+            last_offset: 12,
+            key_schema: None,
+            value_schema: None,
+            shape: ValueShape::Envelope,
+            rows,
+        }
+    }
+
+    #[test]
+    fn envelope_keeps_everything_and_adds_coordinates() {
+        let out = shape(&envelope(), Content::Envelope).expect("shape");
+        let schema = out.schema();
+        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "__topic",
+                "__partition",
+                "__offset",
+                "__timestamp",
+                "__op",
+                "__tombstone",
+                "before",
+                "after"
+            ]
+        );
+        assert_eq!(
+            out.column(1)
+                .as_primitive::<arrow_array::types::Int32Type>()
+                .value(2),
+            3
+        );
+    }
+
+    #[test]
+    fn flattened_takes_before_for_deletes() {
+        let out = shape(&envelope(), Content::Flattened).expect("shape");
+        let schema = out.schema();
+        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "__topic",
+                "__partition",
+                "__offset",
+                "__timestamp",
+                "id",
+                "__op",
+                "__deleted"
+            ]
+        );
+        let id = out
+            .column(4)
+            .as_primitive::<arrow_array::types::Int64Type>();
+        assert_eq!(id.iter().collect::<Vec<_>>(), vec![Some(1), Some(2), None]);
+        let deleted = out.column(6).as_boolean();
+        assert_eq!(
+            deleted.iter().collect::<Vec<_>>(),
+            vec![Some(false), Some(true), Some(true)]
+        );
+    }
+}

@@ -1,0 +1,231 @@
+//! Joda-Time `DateTimeFormat` patterns, as Kafka Connect's `path.format` uses them
+//! (`'year'=YYYY/'month'=MM/'day'=dd/'hour'=HH`), compiled once and formatted per bucket.
+
+use chrono::{DateTime, Datelike, Offset, Timelike};
+use chrono_tz::Tz;
+
+/// A compiled pattern.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JodaPattern {
+    tokens: Vec<Token>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Token {
+    Literal(String),
+    Field(char, usize),
+}
+
+const MONTHS: [&str; 12] = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+];
+const DAYS: [&str; 7] = [
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+    "Sunday",
+];
+
+impl JodaPattern {
+    /// Compiles `pattern`. Letters name fields, `'…'` quotes text, `''` is a quote. Text fields
+    /// (month and day names) are English only: `english` is false for any other locale.
+    pub fn compile(pattern: &str, english: bool) -> Result<Self, String> {
+        let mut tokens = Vec::new();
+        let mut chars = pattern.chars().peekable();
+        let mut literal = String::new();
+        while let Some(c) = chars.next() {
+            if c == '\'' {
+                if chars.peek() == Some(&'\'') {
+                    chars.next();
+                    literal.push('\'');
+                    continue;
+                }
+                loop {
+                    match chars.next() {
+                        None => return Err(format!("unclosed quote in {pattern:?}")),
+                        Some('\'') if chars.peek() == Some(&'\'') => {
+                            chars.next();
+                            literal.push('\'');
+                        }
+                        Some('\'') => break,
+                        Some(c) => literal.push(c),
+                    }
+                }
+            } else if c.is_ascii_alphabetic() {
+                let mut count = 1;
+                while chars.peek() == Some(&c) {
+                    chars.next();
+                    count += 1;
+                }
+                if !"yYxMdDHhkKmsSEewaZ".contains(c) {
+                    return Err(format!(
+                        "{pattern:?}: pattern letter {c:?} is not supported (quote text with '…')"
+                    ));
+                }
+                if !english && (c == 'E' || (c == 'M' && count >= 3) || c == 'a') {
+                    return Err(format!(
+                        "{pattern:?}: month and day names are only available in English"
+                    ));
+                }
+                if !literal.is_empty() {
+                    tokens.push(Token::Literal(std::mem::take(&mut literal)));
+                }
+                tokens.push(Token::Field(c, count));
+            } else {
+                literal.push(c);
+            }
+        }
+        if !literal.is_empty() {
+            tokens.push(Token::Literal(literal));
+        }
+        Ok(Self { tokens })
+    }
+
+    pub fn format(&self, t: &DateTime<Tz>, out: &mut String) {
+        use std::fmt::Write;
+        for token in &self.tokens {
+            let (c, n) = match token {
+                Token::Literal(s) => {
+                    out.push_str(s);
+                    continue;
+                }
+                Token::Field(c, n) => (*c, *n),
+            };
+            let number = match c {
+                'y' | 'Y' if n == 2 => i64::from(t.year().rem_euclid(100)),
+                'y' | 'Y' => i64::from(t.year()),
+                'x' => i64::from(t.iso_week().year()),
+                'M' if n >= 3 => {
+                    let name = MONTHS[t.month0() as usize];
+                    out.push_str(if n == 3 { &name[..3] } else { name });
+                    continue;
+                }
+                'M' => i64::from(t.month()),
+                'd' => i64::from(t.day()),
+                'D' => i64::from(t.ordinal()),
+                'H' => i64::from(t.hour()),
+                'k' => i64::from(if t.hour() == 0 { 24 } else { t.hour() }),
+                'K' => i64::from(t.hour() % 12),
+                'h' => i64::from(if t.hour().is_multiple_of(12) {
+                    12
+                } else {
+                    t.hour() % 12
+                }),
+                'm' => i64::from(t.minute()),
+                's' => i64::from(t.second()),
+                'S' => {
+                    // Fraction of a second, to n digits.
+                    let digits = format!("{:09}", t.nanosecond() % 1_000_000_000);
+                    let take = n.min(9);
+                    out.push_str(&digits[..take]);
+                    for _ in take..n {
+                        out.push('0');
+                    }
+                    continue;
+                }
+                'E' => {
+                    let name = DAYS[t.weekday().num_days_from_monday() as usize];
+                    out.push_str(if n <= 3 { &name[..3] } else { name });
+                    continue;
+                }
+                'e' => i64::from(t.weekday().number_from_monday()),
+                'w' => i64::from(t.iso_week().week()),
+                'a' => {
+                    out.push_str(if t.hour() < 12 { "AM" } else { "PM" });
+                    continue;
+                }
+                'Z' => {
+                    let secs = t.offset().fix().local_minus_utc();
+                    let sign = if secs < 0 { '-' } else { '+' };
+                    let (h, m) = (secs.abs() / 3600, secs.abs() % 3600 / 60);
+                    let _ = if n == 1 {
+                        write!(out, "{sign}{h:02}{m:02}")
+                    } else {
+                        write!(out, "{sign}{h:02}:{m:02}")
+                    };
+                    continue;
+                }
+                _ => continue, // compile() admits only the letters above
+            };
+            if number < 0 {
+                out.push('-');
+            }
+            let _ = write!(out, "{:0width$}", number.unsigned_abs(), width = n);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn fmt(pattern: &str, tz: Tz, y: i32, mo: u32, d: u32, h: u32) -> String {
+        let p = JodaPattern::compile(pattern, true).expect("pattern");
+        let t = tz
+            .with_ymd_and_hms(y, mo, d, h, 5, 9)
+            .single()
+            .expect("time");
+        let mut s = String::new();
+        p.format(&t, &mut s);
+        s
+    }
+
+    #[test]
+    fn connect_layouts() {
+        let utc = chrono_tz::UTC;
+        assert_eq!(
+            fmt(
+                "'year'=YYYY/'month'=MM/'day'=dd/'hour'=HH",
+                utc,
+                2024,
+                5,
+                1,
+                13
+            ),
+            "year=2024/month=05/day=01/hour=13"
+        );
+        assert_eq!(
+            fmt("'dt'=yyyy-MM-dd/'hour'=HH", utc, 2024, 5, 1, 3),
+            "dt=2024-05-01/hour=03"
+        );
+        assert_eq!(fmt("yyyy-MM-dd/HH", utc, 2024, 12, 31, 23), "2024-12-31/23");
+        assert_eq!(
+            fmt(
+                "yy MMM MMMM EEE EEEE D w mm:ss SSS a ''x''",
+                utc,
+                2024,
+                2,
+                5,
+                14
+            ),
+            "24 Feb February Mon Monday 36 6 05:09 000 PM '2024'"
+        );
+        assert_eq!(
+            fmt("HH ZZ", chrono_tz::Asia::Kolkata, 2024, 1, 1, 0),
+            "00 +05:30"
+        );
+    }
+
+    #[test]
+    fn bad_patterns_are_refused() {
+        assert!(JodaPattern::compile("'unclosed", true).is_err());
+        assert!(JodaPattern::compile("yyyy/qq", true).is_err());
+        assert!(JodaPattern::compile("MMM", false).is_err());
+        assert!(JodaPattern::compile("yyyy/MM", false).is_ok());
+    }
+}

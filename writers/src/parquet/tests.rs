@@ -1,0 +1,261 @@
+use super::*;
+use arrow_array::{BooleanArray, Int64Array, StringArray, StructArray, TimestampMillisecondArray};
+use arrow_schema::{DataType, Field, Fields, Schema, TimeUnit};
+use futures::TryStreamExt;
+use lakesink_schema_registry::ValueShape;
+use object_store::ObjectStoreExt;
+use object_store::memory::InMemory;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+const HOUR: i64 = 3_600_000;
+const T0: i64 = 1_714_568_400_000; // 2024-05-01T13:00:00Z
+
+fn config(extra: &str) -> RawConfig {
+    let text = format!(
+        "[kafka]\nbrokers = \"b:1\"\ntopics = [\"t\"]\n[raw]\nurl = \"memory:///\"\n{extra}\n"
+    );
+    lakesink_config::Config::from_toml(&text, "test", Vec::new())
+        .expect("config")
+        .raw
+        .expect("raw")
+}
+
+/// Rows `offsets`, each an insert of id = offset, with Kafka time `time(offset)`.
+fn batch(offsets: std::ops::Range<i64>, time: impl Fn(i64) -> i64) -> ChangeBatch {
+    let n = (offsets.end - offsets.start) as usize;
+    let ids: Int64Array = offsets.clone().collect();
+    let fields = Fields::from(vec![Field::new("id", DataType::Int64, true)]);
+    let after = StructArray::new(fields.clone(), vec![Arc::new(ids)], None);
+    let schema = Schema::new(vec![
+        Field::new("__offset", DataType::Int64, false),
+        Field::new(
+            "__timestamp",
+            DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
+            true,
+        ),
+        Field::new("__op", DataType::Utf8, false),
+        Field::new("__tombstone", DataType::Boolean, false),
+        Field::new("after", DataType::Struct(fields), true),
+    ]);
+    let rows = RecordBatch::try_new(
+        Arc::new(schema),
+        vec![
+            Arc::new(offsets.clone().collect::<Int64Array>()),
+            Arc::new(
+                TimestampMillisecondArray::from(offsets.clone().map(&time).collect::<Vec<_>>())
+                    .with_timezone("UTC"),
+            ),
+            Arc::new(StringArray::from(vec!["c"; n])),
+            Arc::new(BooleanArray::from(vec![false; n])),
+            Arc::new(after),
+        ],
+    )
+    .expect("rows");
+    ChangeBatch {
+        topic: Arc::from("t"),
+        partition: 0,
+        first_offset: offsets.start,
+        last_offset: offsets.end - 1,
+        key_schema: None,
+        value_schema: None,
+        shape: ValueShape::Envelope,
+        rows,
+    }
+}
+
+async fn drain(w: &mut ParquetWriter) -> Vec<Receipt> {
+    let mut out = Vec::new();
+    while let Some(r) = w.next_receipt().await {
+        out.push(r.expect("upload"));
+    }
+    out
+}
+
+/// Every data file and the offsets it holds.
+async fn files(store: &Arc<dyn ObjectStore>) -> Vec<(String, Vec<i64>)> {
+    let metas: Vec<_> = store.list(None).try_collect().await.expect("list");
+    let mut out = Vec::new();
+    for m in metas {
+        let key = m.location.to_string();
+        if !key.ends_with(".parquet") {
+            continue;
+        }
+        let bytes = store
+            .get(&m.location)
+            .await
+            .expect("get")
+            .bytes()
+            .await
+            .expect("bytes");
+        let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
+            .expect("parquet")
+            .build()
+            .expect("reader");
+        let mut offsets = Vec::new();
+        for b in reader {
+            let b = b.expect("batch");
+            let col = b.column_by_name("__offset").expect("__offset");
+            offsets.extend(col.as_primitive::<Int64Type>().values().iter().copied());
+        }
+        out.push((key, offsets));
+    }
+    out.sort();
+    out
+}
+
+fn writer(store: &Arc<dyn ObjectStore>, extra: &str) -> ParquetWriter {
+    ParquetWriter::with_store(&config(extra), store.clone(), String::new()).expect("writer")
+}
+
+#[tokio::test]
+async fn flush_size_cuts_all_files_of_a_partition_at_once() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let mut w = writer(
+        &store,
+        "flush-size = 4\npartitioner = \"time\"\npath-format = \"'hour'=HH\"\npartition-duration-ms = 3600000",
+    );
+    // Offsets alternate between two hours.
+    w.write(&batch(0..10, |o| T0 + (o % 2) * HOUR), T0)
+        .await
+        .expect("write");
+    assert_eq!(w.pending_start("t", 0), Some(0));
+    let receipts = drain(&mut w).await;
+    let ends: Vec<i64> = receipts.iter().map(|r| r.next_offset).collect();
+    assert_eq!(ends.len(), 2);
+    assert!(ends.contains(&4) && ends.contains(&8));
+    // 8 and 9 are still open.
+    assert_eq!(w.pending_start("t", 0), Some(8));
+    let got = files(&store).await;
+    assert_eq!(
+        got,
+        vec![
+            (
+                "topics/t/hour=13/t+0+0000000000.snappy.parquet".into(),
+                vec![0, 2]
+            ),
+            (
+                "topics/t/hour=13/t+0+0000000004.snappy.parquet".into(),
+                vec![4, 6]
+            ),
+            (
+                "topics/t/hour=14/t+0+0000000001.snappy.parquet".into(),
+                vec![1, 3]
+            ),
+            (
+                "topics/t/hour=14/t+0+0000000005.snappy.parquet".into(),
+                vec![5, 7]
+            ),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn record_time_span_and_idle_partitions_close_segments() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let mut w = writer(&store, "rotate-interval-ms = 1000");
+    // Offsets 0..5 at 0..400 ms, then 5.. at 1000 ms and on: the span rule cuts before 5.
+    w.write(&batch(0..8, |o| T0 + o * 200), T0)
+        .await
+        .expect("write");
+    let r = drain(&mut w).await;
+    assert_eq!(r.len(), 1);
+    assert_eq!((r[0].start, r[0].next_offset), (0, 5));
+    // Nothing arrives for a second of wall time: the idle rule closes 5..8.
+    w.poll(T0 + 999).await.expect("poll");
+    assert!(!w.uploading());
+    w.poll(T0 + 1000).await.expect("poll");
+    let r = drain(&mut w).await;
+    assert_eq!((r[0].start, r[0].next_offset), (5, 8));
+    assert_eq!(w.pending_start("t", 0), None);
+}
+
+#[tokio::test]
+async fn a_restart_repeats_recorded_cuts_whatever_the_policy_says_now() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    // First run: wall-clock rotation cut after 7 records; then it crashed with 7..10 open.
+    let mut first = writer(&store, "rotate-schedule-interval-ms = 60000");
+    first
+        .write(&batch(0..7, |o| T0 + o), T0)
+        .await
+        .expect("write");
+    first
+        .write(&batch(7..10, |o| T0 + o), T0 + 60_000)
+        .await
+        .expect("write");
+    assert_eq!(drain(&mut first).await.len(), 1);
+    drop(first);
+    // The offset was not committed: the second run reads from 0, with other settings.
+    let mut second = writer(&store, "flush-size = 4");
+    second
+        .write(&batch(0..10, |o| T0 + o), T0 + 120_000)
+        .await
+        .expect("write");
+    second.close_all(T0 + 120_000).await.expect("close");
+    let ends: Vec<(i64, i64)> = drain(&mut second)
+        .await
+        .iter()
+        .map(|r| (r.start, r.next_offset))
+        .collect();
+    assert!(ends.contains(&(0, 7)), "{ends:?}");
+    let all: Vec<i64> = files(&store)
+        .await
+        .into_iter()
+        .flat_map(|(_, o)| o)
+        .collect();
+    let mut sorted = all.clone();
+    sorted.sort();
+    assert_eq!(
+        sorted,
+        (0..10).collect::<Vec<_>>(),
+        "each record exactly once"
+    );
+}
+
+#[tokio::test]
+async fn memory_budget_closes_the_largest_segment_early() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let mut w = writer(&store, "memory-budget-bytes = 1");
+    w.write(&batch(0..3, |o| T0 + o), T0).await.expect("write");
+    let r = drain(&mut w).await;
+    assert_eq!((r[0].start, r[0].next_offset), (0, 3));
+    assert!(!w.over_budget());
+}
+
+#[tokio::test]
+async fn tombstones_are_kept_or_skipped() {
+    let mut b = batch(0..3, |o| T0 + o);
+    let mut cols = b.rows.columns().to_vec();
+    cols[3] = Arc::new(BooleanArray::from(vec![false, true, false]));
+    b.rows = RecordBatch::try_new(b.rows.schema(), cols).expect("rows");
+    for (setting, expect) in [("keep", vec![0, 1, 2]), ("skip", vec![0, 2])] {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let mut w = writer(&store, &format!("tombstones = \"{setting}\""));
+        w.write(&b, T0).await.expect("write");
+        w.close_all(T0).await.expect("close");
+        let r = drain(&mut w).await;
+        assert_eq!(r[0].next_offset, 3, "skipped rows still count as done");
+        let got: Vec<i64> = files(&store)
+            .await
+            .into_iter()
+            .flat_map(|(_, o)| o)
+            .collect();
+        assert_eq!(got, expect);
+    }
+}
+
+#[tokio::test]
+async fn markers_list_the_files_of_each_segment() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let mut w = writer(&store, "flush-size = 5");
+    w.write(&batch(0..5, |o| T0 + o), T0).await.expect("write");
+    drain(&mut w).await;
+    let m = marker::read(&store, &marker::key("_lakesink/segments", "", "t", 0, 0))
+        .await
+        .expect("read")
+        .expect("marker");
+    assert_eq!((m.start, m.last, m.rows), (0, 4, 5));
+    assert_eq!(
+        m.files,
+        vec!["topics/t/partition=0/t+0+0000000000.snappy.parquet"]
+    );
+}
