@@ -86,7 +86,10 @@ allow-http = true
         if let Some(fp) = failpoint {
             cmd.env("LAKESINK_FAILPOINTS", fp);
         }
-        cmd.env("RUST_LOG", "warn");
+        cmd.env(
+            "RUST_LOG",
+            std::env::var("LAKESINK_TEST_LOG").unwrap_or_else(|_| "warn".into()),
+        );
         cmd.spawn().expect("lakesink starts")
     }
 
@@ -279,6 +282,7 @@ async fn each_record_lands_once_across_crashes_at_every_failpoint() {
 async fn a_crash_in_the_middle_of_a_multipart_upload_loses_nothing() {
     let stack = Stack::from_env();
     let topic = unique("raw-multipart");
+    // The segment closes when the last record arrives: flush-size is the record count.
     let (partitions, count) = (1, 120_000);
     let table = Table::create(&stack, &topic, partitions).await;
     let s = stack.clone();
@@ -289,7 +293,7 @@ async fn a_crash_in_the_middle_of_a_multipart_upload_loses_nothing() {
         stack,
         &topic,
         partitions,
-        "flush-size = 1000000\ncodec = \"none\"\nrow-group-rows = 8192\npart-size-bytes = 5242880\nrotate-interval-ms = 1500",
+        "flush-size = 120000\ncodec = \"none\"\nrow-group-rows = 8192\npart-size-bytes = 5242880",
     );
     run.crash_at("raw.mid-multipart");
     let (want, end) = expected(partitions, count);
