@@ -4,6 +4,7 @@
 //! This is the only crate that reads the process environment.
 
 mod overrides;
+mod replica;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -11,6 +12,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 pub use overrides::ENV_PREFIX;
+pub use replica::{KeylessMode, PkMode, ReplicaConfig, SchemaEvolution};
 
 /// The whole configuration of one lakesink process.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -19,6 +21,8 @@ pub struct Config {
     pub kafka: KafkaConfig,
     #[serde(default)]
     pub registry: RegistryConfig,
+    /// The PostgreSQL replica; absent when lakesink writes only the raw layer.
+    pub replica: Option<ReplicaConfig>,
 }
 
 /// Where records come from: one consumer group over a topic list or a regex.
@@ -218,6 +222,9 @@ impl Config {
                 field: "registry.oauth",
                 reason: "use basic auth (username, password) or oauth, not both".into(),
             });
+        }
+        if let Some(replica) = &self.replica {
+            replica.validate()?;
         }
         match (k.topics.is_empty(), &k.topics_regex) {
             (true, None) => Err(ConfigError::Invalid {
