@@ -143,6 +143,11 @@ pub(crate) async fn run(
     work: &TableWork<'_>,
     statements: Vec<String>,
 ) -> Result<(), ReplicaError> {
+    // Concurrent applies (partitions of one topic) may create the same table: PostgreSQL's
+    // IF NOT EXISTS is not safe against that race, so DDL on one table is serialised.
+    lock(conn, &work.name.quoted())
+        .await
+        .map_err(|e| ReplicaError::from_sqlx(e, Some(work.at.clone())))?;
     for sql in statements {
         tracing::info!(table = %work.name, sql, "replica schema change");
         sqlx::query(AssertSqlSafe(sql))
@@ -151,4 +156,13 @@ pub(crate) async fn run(
             .map_err(|e| ReplicaError::from_sqlx(e, Some(work.at.clone())))?;
     }
     Ok(())
+}
+
+/// A transaction-scoped advisory lock named by `what`.
+pub(crate) async fn lock(conn: &mut PgConnection, what: &str) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+        .bind(what)
+        .execute(&mut *conn)
+        .await
+        .map(|_| ())
 }

@@ -302,8 +302,13 @@ impl<'a> Enc<'a> {
                         out.extend_from_slice(&(us - PG_EPOCH_MICROS).to_be_bytes())
                     }
                     Wire::Interval => {
-                        out.extend_from_slice(&us.to_be_bytes());
-                        out.extend_from_slice(&[0; 8]); // days, months
+                        // Whole days as days, so `3 days 04:00` reads back as written; months
+                        // stay 0: Debezium already folded them into microseconds.
+                        const DAY: i64 = 86_400_000_000;
+                        let days = i32::try_from(us / DAY).map_err(|_| "interval out of range")?;
+                        out.extend_from_slice(&(us % DAY).to_be_bytes());
+                        out.extend_from_slice(&days.to_be_bytes());
+                        out.extend_from_slice(&0i32.to_be_bytes());
                     }
                     _ => out.extend_from_slice(&us.to_be_bytes()),
                 }

@@ -73,6 +73,8 @@ impl PgReplicator {
         let database = options.get_database().unwrap_or("postgres").to_owned();
         let pool = PgPoolOptions::new()
             .max_connections(config.pool_size)
+            // Unreachable is a retryable error for the caller's backoff, not a long stall here.
+            .acquire_timeout(std::time::Duration::from_secs(5))
             .connect_with(options)
             .await
             .map_err(|e| ReplicaError::from_sqlx(e, None))?;
@@ -88,12 +90,18 @@ impl PgReplicator {
             table: config.offsets_table.clone(),
         };
         let offsets = OffsetsSql::new(&offsets_table);
+        let setup = |e| ReplicaError::from_sqlx(e, None);
+        let mut tx = pool.begin().await.map_err(setup)?;
+        ddl::lock(&mut tx, &offsets_table.quoted())
+            .await
+            .map_err(setup)?;
         for sql in [&offsets.schema, &offsets.create] {
             sqlx::query(AssertSqlSafe(sql.clone()))
-                .execute(&pool)
+                .execute(&mut *tx)
                 .await
-                .map_err(|e| ReplicaError::from_sqlx(e, None))?;
+                .map_err(setup)?;
         }
+        tx.commit().await.map_err(setup)?;
         Ok(Self {
             pool,
             rules: Rules {

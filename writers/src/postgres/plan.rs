@@ -196,14 +196,14 @@ pub(crate) fn plan<'a>(
                 match last_table.get(&(&*b.topic, b.partition)) {
                     Some(&t) => t,
                     None if !rules.template.uses_source() => {
-                        table_index(rules, &v, row, &mut tables, &mut index, offset)?
+                        table_index(rules, &v, row, &mut tables, &mut index, offset, false)?
                     }
                     None => continue, // its delete came in an earlier call and did the work
                 }
             } else if let Some(t) = fixed_name {
                 t
             } else {
-                let t = table_index(rules, &v, row, &mut tables, &mut index, offset)?;
+                let t = table_index(rules, &v, row, &mut tables, &mut index, offset, op == "t")?;
                 if !rules.template.uses_source() {
                     fixed_name = Some(t);
                 }
@@ -306,6 +306,7 @@ fn table_index<'a>(
     tables: &mut Vec<TableWork<'a>>,
     index: &mut HashMap<TableName, usize>,
     offset: i64,
+    truncate: bool,
 ) -> Result<usize, ReplicaError> {
     let src = NameSource {
         topic: &v.b.topic,
@@ -318,15 +319,24 @@ fn table_index<'a>(
         reason,
     };
     let name = rules.template.render(src).map_err(|r| bad(r, None))?;
-    if let Some(&i) = index.get(&name) {
+    let known = index.get(&name).copied();
+    // A truncate has no key even for keyed tables: a table first seen by one learns its key
+    // from the next batch.
+    if let Some(i) = known
+        && (truncate || !tables[i].pk.is_empty() || !tables[i].encs.is_empty())
+    {
         return Ok(i);
     }
     let pk = key_columns(rules, v).map_err(|r| bad(r, Some(&name)))?;
-    if pk.is_empty() && rules.keyless == KeylessMode::Error {
+    if pk.is_empty() && rules.keyless == KeylessMode::Error && !truncate {
         return Err(bad(
             "records without a key; keyless = \"error\"".into(),
             Some(&name),
         ));
+    }
+    if let Some(i) = known {
+        tables[i].pk = pk;
+        return Ok(i);
     }
     index.insert(name.clone(), tables.len());
     tables.push(TableWork {
