@@ -406,3 +406,93 @@ async fn bad_records_stop_with_their_place_and_commit_nothing() {
         .expect("no database on port 1");
     assert!(err.is_retryable(), "{err}");
 }
+
+/// ExtractNewRecordState output (rewrite mode: deletes carry the old row and
+/// `__deleted = "true"`), keyed by a value field, named by its `__table` field.
+fn flattened(topic: &str, events: &[(i64, &'static str, i64, &'static str)]) -> ChangeBatch {
+    let n = events.len();
+    let fields: Fields = vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("name", DataType::Utf8, true),
+        Field::new("__table", DataType::Utf8, true),
+        Field::new("__deleted", DataType::Utf8, true),
+    ]
+    .into();
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from_iter_values(events.iter().map(|e| e.2))),
+        Arc::new(StringArray::from_iter_values(events.iter().map(|e| e.3))),
+        Arc::new(StringArray::from(vec!["flat"; n])),
+        Arc::new(StringArray::from_iter_values(
+            events
+                .iter()
+                .map(|e| if e.1 == "d" { "true" } else { "false" }),
+        )),
+    ];
+    let after = StructArray::new(fields, cols, None);
+    let schema = Schema::new(vec![
+        Field::new("__offset", DataType::Int64, false),
+        Field::new("__op", DataType::Utf8, false),
+        Field::new("__tombstone", DataType::Boolean, false),
+        Field::new("key", DataType::Struct(Fields::empty()), true),
+        Field::new("after", after.data_type().clone(), true),
+    ]);
+    let rows = RecordBatch::try_new(
+        Arc::new(schema),
+        vec![
+            Arc::new(Int64Array::from_iter_values(events.iter().map(|e| e.0))),
+            Arc::new(StringArray::from_iter_values(events.iter().map(|e| e.1))),
+            Arc::new(BooleanArray::from(vec![false; n])),
+            Arc::new(StructArray::new_null(Fields::empty(), n)),
+            Arc::new(after),
+        ],
+    )
+    .expect("batch");
+    ChangeBatch {
+        topic: topic.into(),
+        partition: 0,
+        first_offset: events[0].0,
+        last_offset: events[n - 1].0,
+        key_schema: None,
+        value_schema: None,
+        shape: ValueShape::Flattened,
+        rows,
+    }
+}
+
+#[tokio::test]
+async fn flattened_deletes_and_record_value_keys() {
+    let (r, schema) = replicator(|c| {
+        c.pk_mode = lakesink_config::PkMode::RecordValue;
+        c.pk_fields = vec!["id".into()];
+    })
+    .await;
+    let b = flattened(
+        &format!("{schema}.flat"),
+        &[
+            (0, "c", 1, "a"),
+            (1, "c", 2, "b"),
+            (2, "u", 1, "a2"),
+            (3, "d", 2, "b"),
+        ],
+    );
+    r.apply("g", &[b]).await.expect("apply");
+    let got: Vec<(i64, Option<String>)> = rows(
+        &r,
+        &format!("SELECT id, name FROM \"{schema}\".flat ORDER BY id"),
+    )
+    .await;
+    assert_eq!(got, vec![(1, Some("a2".into()))]);
+    let cols: Vec<(String,)> = rows(
+        &r,
+        &format!(
+            "SELECT column_name::text FROM information_schema.columns WHERE table_schema = '{schema}' AND table_name = 'flat' ORDER BY ordinal_position"
+        ),
+    )
+    .await;
+    let cols: Vec<&str> = cols.iter().map(|c| c.0.as_str()).collect();
+    assert_eq!(
+        cols,
+        ["id", "name"],
+        "`__` fields are metadata, not columns"
+    );
+}
