@@ -496,3 +496,74 @@ async fn flattened_deletes_and_record_value_keys() {
         "`__` fields are metadata, not columns"
     );
 }
+
+#[tokio::test]
+async fn partitions_of_a_new_table_applied_concurrently_create_it_once() {
+    let (r, schema) = replicator(|_| {}).await;
+    let topic = format!("{schema}.public.race");
+    let calls: Vec<ChangeBatch> = (0..4)
+        .map(|p| {
+            batch(
+                &topic,
+                p,
+                "race",
+                &[ev(0, "c", i64::from(p), "n", "x")],
+                p == 3,
+            )
+        })
+        .collect();
+    let results =
+        futures::future::join_all(calls.iter().map(|b| r.apply("g", std::slice::from_ref(b))))
+            .await;
+    for res in results {
+        res.expect("concurrent apply");
+    }
+    assert_eq!(table(&r, &schema, "race").await.len(), 4);
+}
+
+#[tokio::test]
+async fn schema_changes_the_config_forbids_are_errors() {
+    let (r, schema) = replicator(|c| {
+        c.auto_create = false;
+        c.schema_evolution = lakesink_config::SchemaEvolution::None;
+    })
+    .await;
+    let topic = format!("{schema}.public.items");
+    let err = r
+        .apply(
+            "g",
+            &[batch(&topic, 0, "items", &[ev(0, "c", 1, "a", "b")], false)],
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("auto-create is off"), "{err}");
+    for sql in [
+        format!("CREATE SCHEMA \"{schema}\""),
+        format!(
+            "CREATE TABLE \"{schema}\".items (id bigint PRIMARY KEY, name text, note text, amount numeric)"
+        ),
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(r.pool())
+            .await
+            .expect("create by hand");
+    }
+    r.apply(
+        "g",
+        &[batch(&topic, 0, "items", &[ev(0, "c", 1, "a", "b")], false)],
+    )
+    .await
+    .expect("existing table");
+    let err = r
+        .apply(
+            "g",
+            &[batch(&topic, 0, "items", &[ev(1, "c", 2, "a", "b")], true)],
+        )
+        .await
+        .unwrap_err();
+    assert!(!err.is_retryable());
+    assert!(
+        err.to_string().contains("extra") && err.to_string().contains("offset 1"),
+        "{err}"
+    );
+}
