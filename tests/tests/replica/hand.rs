@@ -17,7 +17,7 @@ use crate::support::{replicator, rows};
 const PLACEHOLDER: &str = "__debezium_unavailable_value";
 
 /// One event: an op on key `id`, with an after image (name, note, amount in cents, extra).
-struct Ev {
+pub(crate) struct Ev {
     offset: i64,
     op: &'static str,
     id: i64,
@@ -25,7 +25,13 @@ struct Ev {
     tombstone: bool,
 }
 
-fn ev(offset: i64, op: &'static str, id: i64, name: &'static str, note: &'static str) -> Ev {
+pub(crate) fn ev(
+    offset: i64,
+    op: &'static str,
+    id: i64,
+    name: &'static str,
+    note: &'static str,
+) -> Ev {
     Ev {
         offset,
         op,
@@ -59,7 +65,13 @@ fn value_fields(extra: bool) -> Fields {
 }
 
 /// A Debezium envelope batch of `events` for table `table` (the source block's name).
-fn batch(topic: &str, partition: i32, table: &str, events: &[Ev], extra: bool) -> ChangeBatch {
+pub(crate) fn batch(
+    topic: &str,
+    partition: i32,
+    table: &str,
+    events: &[Ev],
+    extra: bool,
+) -> ChangeBatch {
     let n = events.len();
     let keyless = table.ends_with("nokey");
     let fields = value_fields(extra);

@@ -2,5 +2,6 @@
 //! (`hand`), and real Debezium on the source database compared row for row (`e2e`).
 
 mod e2e;
+mod failure;
 mod hand;
 mod support;
