@@ -227,7 +227,7 @@ pub(crate) fn plan<'a>(
                 row: row as u32,
             };
             let work = &mut tables[ti];
-            let name = work.name.clone();
+            let name = &work.name;
             let encs = &work.encs[&bi];
             if work.pk.is_empty() {
                 match (delete, op) {
@@ -235,7 +235,7 @@ pub(crate) fn plan<'a>(
                     _ if rules.keyless == KeylessMode::Error => {
                         return Err(bad(
                             "a record without a key; keyless = \"error\"".into(),
-                            Some(&name),
+                            Some(name),
                         ));
                     }
                     _ => tracing::warn!(
@@ -262,17 +262,17 @@ pub(crate) fn plan<'a>(
                 if tombstone {
                     continue; // a tombstone without usable key fields: its delete did the work
                 }
-                return Err(bad(format!("`{op}` record without its key"), Some(&name)));
+                return Err(bad(format!("`{op}` record without its key"), Some(name)));
             };
             let mut key = Vec::new();
             for (k, enc) in keys.iter().enumerate() {
                 if enc.is_null(row) {
                     return Err(bad(
                         format!("key column `{}` is null", work.pk[k].name),
-                        Some(&name),
+                        Some(name),
                     ));
                 }
-                enc.write(row, &mut key).map_err(|r| bad(r, Some(&name)))?;
+                enc.write(row, &mut key).map_err(|r| bad(r, Some(name)))?;
             }
             if delete {
                 work.collapser.delete(key, at);
@@ -281,7 +281,7 @@ pub(crate) fn plan<'a>(
             if v.after.is_none_or(|a| !a.is_valid(row)) {
                 return Err(bad(
                     format!("`{op}` record without an after image"),
-                    Some(&name),
+                    Some(name),
                 ));
             }
             let untouched: Vec<usize> = encs
