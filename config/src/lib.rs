@@ -5,6 +5,7 @@
 
 mod overrides;
 mod raw;
+mod replica;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -15,6 +16,7 @@ pub use overrides::ENV_PREFIX;
 pub use raw::{
     Codec, Content, PartitionerKind, RawConfig, StoreConfig, TimestampSource, Tombstones,
 };
+pub use replica::{KeylessMode, PkMode, ReplicaConfig, SchemaEvolution};
 
 /// The whole configuration of one lakesink process.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -25,6 +27,8 @@ pub struct Config {
     pub registry: RegistryConfig,
     /// The raw layer; absent means no Parquet files are written.
     pub raw: Option<RawConfig>,
+    /// The PostgreSQL replica; absent when lakesink writes only the raw layer.
+    pub replica: Option<ReplicaConfig>,
 }
 
 /// Where records come from: one consumer group over a topic list or a regex.
@@ -240,6 +244,9 @@ impl Config {
         }
         if let Some(raw) = &self.raw {
             raw.validate()?;
+        }
+        if let Some(replica) = &self.replica {
+            replica.validate()?;
         }
         match (k.topics.is_empty(), &k.topics_regex) {
             (true, None) => Err(ConfigError::Invalid {

@@ -3,3 +3,6 @@
 
 pub mod failpoint;
 pub mod parquet;
+pub mod postgres;
+
+pub use postgres::{Applied, PgReplicator, ReplicaError};

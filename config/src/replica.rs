@@ -1,0 +1,273 @@
+//! The `[replica]` section: the PostgreSQL database lakesink keeps equal to the source.
+
+use serde::Deserialize;
+
+use crate::{ConfigError, Secret};
+
+/// Where and how change events are applied to a PostgreSQL replica.
+///
+/// Defaults: `table-name-format = "${topic}"` with `dots-to-underscores = true` (the Debezium
+/// JDBC sink's convention), `default-schema = "public"`, `pk-mode = "record-key"`,
+/// `delete-enabled = true`, `truncate-enabled = false`, `auto-create = true`,
+/// `schema-evolution = "basic"`, `keyless = "insert"`, `offsets-table = "lakesink_offsets"`
+/// in `offsets-schema = "public"`, `batch-max-rows = 50000`, `batch-max-bytes = 64 MiB`,
+/// `pool-size = 4`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct ReplicaConfig {
+    /// `postgres://user@host:port/db`; a password here works but `password` keeps it out of
+    /// the file.
+    pub url: String,
+    /// Overrides the URL's password.
+    pub password: Option<Secret>,
+    /// Table name template over `${topic}`, `${source.db}`, `${source.schema}`,
+    /// `${source.table}`. The result is split on dots: `table`, `schema.table`, or
+    /// `database.schema.table` where the database must be the connected one.
+    #[serde(default = "default_table_name_format")]
+    pub table_name_format: String,
+    /// Replace dots with underscores in the substituted values (not in the template's own
+    /// text), so `${topic}` = `demo.public.orders` names the table `demo_public_orders`.
+    #[serde(default = "default_true")]
+    pub dots_to_underscores: bool,
+    /// The schema of a one-part table name.
+    #[serde(default = "default_schema")]
+    pub default_schema: String,
+    #[serde(default)]
+    pub pk_mode: PkMode,
+    /// `record-key`: a subset of the key's fields (all when empty). `record-value`: the value
+    /// fields forming the key (required).
+    #[serde(default)]
+    pub pk_fields: Vec<String>,
+    /// Apply `d` events and tombstones as deletes; when false they are skipped.
+    #[serde(default = "default_true")]
+    pub delete_enabled: bool,
+    /// Apply `t` events as `TRUNCATE`; when false they are skipped.
+    #[serde(default)]
+    pub truncate_enabled: bool,
+    /// Create a missing table, with its primary key.
+    #[serde(default = "default_true")]
+    pub auto_create: bool,
+    #[serde(default)]
+    pub schema_evolution: SchemaEvolution,
+    /// What to do with a table whose records have no key.
+    #[serde(default)]
+    pub keyless: KeylessMode,
+    /// The schema and table holding each (group, topic, partition)'s next offset.
+    #[serde(default = "default_schema")]
+    pub offsets_schema: String,
+    #[serde(default = "default_offsets_table")]
+    pub offsets_table: String,
+    /// A batch handed to the replica is cut at this many rows or bytes of decoded data.
+    #[serde(default = "default_batch_max_rows")]
+    pub batch_max_rows: usize,
+    #[serde(default = "default_batch_max_bytes")]
+    pub batch_max_bytes: usize,
+    /// Connections to the replica.
+    #[serde(default = "default_pool_size")]
+    pub pool_size: u32,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PkMode {
+    /// The fields of the Kafka record key (Debezium's key is the source primary key).
+    #[default]
+    RecordKey,
+    /// Named fields of the value (`pk-fields`).
+    RecordValue,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SchemaEvolution {
+    /// A column the table lacks is an error.
+    None,
+    /// Add columns the writer schema gained; never drop or narrow.
+    #[default]
+    Basic,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KeylessMode {
+    /// Insert rows of keyless tables; their updates and deletes cannot be matched and are
+    /// skipped with a warning.
+    #[default]
+    Insert,
+    /// A keyless record is an error.
+    Error,
+}
+
+fn default_true() -> bool {
+    true
+}
+fn default_table_name_format() -> String {
+    "${topic}".to_owned()
+}
+fn default_schema() -> String {
+    "public".to_owned()
+}
+fn default_offsets_table() -> String {
+    "lakesink_offsets".to_owned()
+}
+fn default_batch_max_rows() -> usize {
+    50_000
+}
+fn default_batch_max_bytes() -> usize {
+    64 << 20
+}
+fn default_pool_size() -> u32 {
+    4
+}
+
+impl ReplicaConfig {
+    /// A config with every default, for `url`.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            password: None,
+            table_name_format: default_table_name_format(),
+            dots_to_underscores: true,
+            default_schema: default_schema(),
+            pk_mode: PkMode::default(),
+            pk_fields: Vec::new(),
+            delete_enabled: true,
+            truncate_enabled: false,
+            auto_create: true,
+            schema_evolution: SchemaEvolution::default(),
+            keyless: KeylessMode::default(),
+            offsets_schema: default_schema(),
+            offsets_table: default_offsets_table(),
+            batch_max_rows: default_batch_max_rows(),
+            batch_max_bytes: default_batch_max_bytes(),
+            pool_size: default_pool_size(),
+        }
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |field, reason: &str| {
+            Err(ConfigError::Invalid {
+                field,
+                reason: reason.into(),
+            })
+        };
+        if !(self.url.starts_with("postgres://") || self.url.starts_with("postgresql://")) {
+            return invalid("replica.url", "must be a postgres:// URL");
+        }
+        if self.table_name_format.trim().is_empty() {
+            return invalid("replica.table-name-format", "must not be empty");
+        }
+        if self.pk_mode == PkMode::RecordValue && self.pk_fields.is_empty() {
+            return invalid(
+                "replica.pk-fields",
+                "pk-mode = \"record-value\" needs the value fields forming the key",
+            );
+        }
+        for (field, name) in [
+            ("replica.default-schema", &self.default_schema),
+            ("replica.offsets-schema", &self.offsets_schema),
+            ("replica.offsets-table", &self.offsets_table),
+        ] {
+            if name.is_empty() || name.len() > 63 {
+                return invalid(field, "must be 1 to 63 bytes (a PostgreSQL identifier)");
+            }
+        }
+        if self.batch_max_rows == 0 || self.batch_max_bytes == 0 {
+            return invalid("replica.batch-max-rows", "batch limits must be positive");
+        }
+        if self.pool_size == 0 {
+            return invalid("replica.pool-size", "must be at least 1");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Config, ConfigError, KeylessMode, PkMode, ReplicaConfig, SchemaEvolution};
+
+    const BASE: &str = "[kafka]\nbrokers = \"b:1\"\ntopics = [\"t\"]\n";
+
+    fn parse(replica: &str) -> Result<Config, ConfigError> {
+        Config::from_toml(
+            &format!("{BASE}[replica]\n{replica}"),
+            "test.toml",
+            Vec::new(),
+        )
+    }
+
+    #[test]
+    fn defaults_match_new() {
+        let c = parse("url = \"postgres://u@h/db\"\n").expect("valid");
+        let r = c.replica.expect("replica");
+        assert_eq!(r, ReplicaConfig::new("postgres://u@h/db"));
+        assert_eq!(r.table_name_format, "${topic}");
+        assert!(r.dots_to_underscores && r.delete_enabled && r.auto_create);
+        assert!(!r.truncate_enabled);
+        assert_eq!(r.schema_evolution, SchemaEvolution::Basic);
+        assert_eq!(r.offsets_table, "lakesink_offsets");
+        let none = Config::from_toml(BASE, "t", Vec::new()).expect("valid");
+        assert!(none.replica.is_none());
+    }
+
+    #[test]
+    fn every_key_parses_and_the_password_is_hidden() {
+        let c = parse(
+            r#"url = "postgres://u@h:5434/replica"
+password = "hunter2"
+table-name-format = "${source.schema}.${source.table}"
+dots-to-underscores = false
+default-schema = "repl"
+pk-mode = "record-value"
+pk-fields = ["id", "region"]
+delete-enabled = false
+truncate-enabled = true
+auto-create = false
+schema-evolution = "none"
+keyless = "error"
+offsets-schema = "meta"
+offsets-table = "offs"
+batch-max-rows = 10
+batch-max-bytes = 1000
+pool-size = 2
+"#,
+        )
+        .expect("valid");
+        let r = c.replica.as_ref().expect("replica");
+        assert_eq!(r.pk_mode, PkMode::RecordValue);
+        assert_eq!(r.pk_fields, ["id", "region"]);
+        assert_eq!(r.keyless, KeylessMode::Error);
+        assert_eq!(r.schema_evolution, SchemaEvolution::None);
+        assert_eq!((r.batch_max_rows, r.pool_size), (10, 2));
+        assert_eq!(r.password.as_ref().map(|p| p.expose()), Some("hunter2"));
+        assert!(!format!("{c:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn invalid_values_name_the_field() {
+        for (text, field) in [
+            ("url = \"mysql://h\"\n", "replica.url"),
+            (
+                "url = \"postgres://h\"\npk-mode = \"record-value\"\n",
+                "replica.pk-fields",
+            ),
+            (
+                "url = \"postgres://h\"\npool-size = 0\n",
+                "replica.pool-size",
+            ),
+            (
+                "url = \"postgres://h\"\noffsets-table = \"\"\n",
+                "replica.offsets-table",
+            ),
+        ] {
+            match parse(text) {
+                Err(ConfigError::Invalid { field: f, .. }) => assert_eq!(f, field, "{text}"),
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+        let err = parse("url = \"postgres://h\"\npk-mode = \"kafka\"\n").unwrap_err();
+        assert!(err.to_string().contains("kafka"), "{err}");
+        let err = parse("url = \"postgres://h\"\ntable-format = \"x\"\n").unwrap_err();
+        assert!(err.to_string().contains("table-format"), "{err}");
+    }
+}

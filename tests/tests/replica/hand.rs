@@ -1,0 +1,581 @@
+//! Hand-built Debezium envelopes applied to the real replica: upserts, deletes, tombstones,
+//! truncates, the unchanged-TOAST placeholder, schema evolution, and replays.
+
+use std::sync::Arc;
+
+use arrow_array::builder::{Decimal128Builder, Int64Builder, StringBuilder};
+use arrow_array::{
+    Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, StringArray, StructArray,
+};
+use arrow_schema::{DataType, Field, Fields, Schema};
+use lakesink_config::{KeylessMode, ReplicaConfig};
+use lakesink_schema_registry::{ChangeBatch, ValueShape};
+use lakesink_writers::{Applied, PgReplicator};
+
+use crate::support::{replicator, rows};
+
+const PLACEHOLDER: &str = "__debezium_unavailable_value";
+
+/// One event: an op on key `id`, with an after image (name, note, amount in cents, extra).
+pub(crate) struct Ev {
+    offset: i64,
+    op: &'static str,
+    id: i64,
+    after: Option<(&'static str, &'static str, i128, Option<&'static str>)>,
+    tombstone: bool,
+}
+
+pub(crate) fn ev(
+    offset: i64,
+    op: &'static str,
+    id: i64,
+    name: &'static str,
+    note: &'static str,
+) -> Ev {
+    Ev {
+        offset,
+        op,
+        id,
+        after: Some((name, note, offset as i128 * 100 + 1, None)),
+        tombstone: false,
+    }
+}
+
+fn del(offset: i64, id: i64, tombstone: bool) -> Ev {
+    Ev {
+        offset,
+        op: "d",
+        id,
+        after: None,
+        tombstone,
+    }
+}
+
+fn value_fields(extra: bool) -> Fields {
+    let mut f = vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("name", DataType::Utf8, true),
+        Field::new("note", DataType::Utf8, true),
+        Field::new("amount", DataType::Decimal128(10, 2), true),
+    ];
+    if extra {
+        f.push(Field::new("extra", DataType::Utf8, true));
+    }
+    f.into()
+}
+
+/// A Debezium envelope batch of `events` for table `table` (the source block's name).
+pub(crate) fn batch(
+    topic: &str,
+    partition: i32,
+    table: &str,
+    events: &[Ev],
+    extra: bool,
+) -> ChangeBatch {
+    let n = events.len();
+    let keyless = table.ends_with("nokey");
+    let fields = value_fields(extra);
+    let image = |pick: &dyn Fn(&Ev) -> bool, full: bool| {
+        let (mut id, mut name, mut note) = (
+            Int64Builder::new(),
+            StringBuilder::new(),
+            StringBuilder::new(),
+        );
+        let (mut amount, mut ext) = (
+            Decimal128Builder::new()
+                .with_precision_and_scale(10, 2)
+                .expect("decimal"),
+            StringBuilder::new(),
+        );
+        for e in events {
+            id.append_value(e.id);
+            match (pick(e), e.after, full) {
+                (true, Some((nm, nt, a, x)), true) => {
+                    name.append_value(nm);
+                    note.append_value(nt);
+                    amount.append_value(a);
+                    ext.append_option(x);
+                }
+                _ => {
+                    name.append_null();
+                    note.append_null();
+                    amount.append_null();
+                    ext.append_null();
+                }
+            }
+        }
+        let mut cols: Vec<ArrayRef> = vec![
+            Arc::new(id.finish()),
+            Arc::new(name.finish()),
+            Arc::new(note.finish()),
+            Arc::new(amount.finish()),
+        ];
+        if extra {
+            cols.push(Arc::new(ext.finish()));
+        }
+        let valid: Vec<bool> = events.iter().map(pick).collect();
+        StructArray::new(fields.clone(), cols, Some(valid.into()))
+    };
+    let after = image(&|e: &Ev| e.after.is_some(), true);
+    let before = image(&|e: &Ev| e.op == "d" && !e.tombstone, false);
+    let key_fields: Fields = if keyless {
+        Fields::empty()
+    } else {
+        vec![Field::new("id", DataType::Int64, false)].into()
+    };
+    let key = if keyless {
+        StructArray::new_null(Fields::empty(), n)
+    } else {
+        let ids: ArrayRef = Arc::new(Int64Array::from_iter_values(events.iter().map(|e| e.id)));
+        let valid: Vec<bool> = events.iter().map(|e| e.op != "t").collect();
+        StructArray::new(key_fields.clone(), vec![ids], Some(valid.into()))
+    };
+    let src_fields: Fields = ["db", "schema", "table"]
+        .iter()
+        .map(|f| Field::new(*f, DataType::Utf8, true))
+        .collect();
+    let src_cols: Vec<ArrayRef> = ["source", "public", table]
+        .iter()
+        .map(|v| Arc::new(StringArray::from(vec![*v; n])) as ArrayRef)
+        .collect();
+    let source_valid: Vec<bool> = events.iter().map(|e| !e.tombstone).collect();
+    let source = StructArray::new(src_fields, src_cols, Some(source_valid.into()));
+    let ops: Vec<&str> = events.iter().map(|e| e.op).collect();
+    let schema = Schema::new(vec![
+        Field::new("__offset", DataType::Int64, false),
+        Field::new("__op", DataType::Utf8, false),
+        Field::new("__tombstone", DataType::Boolean, false),
+        Field::new("key", DataType::Struct(key_fields), true),
+        Field::new("before", before.data_type().clone(), true),
+        Field::new("after", after.data_type().clone(), true),
+        Field::new("source", source.data_type().clone(), true),
+        Field::new("op", DataType::Utf8, true),
+    ]);
+    let rows = RecordBatch::try_new(
+        Arc::new(schema),
+        vec![
+            Arc::new(Int64Array::from_iter_values(
+                events.iter().map(|e| e.offset),
+            )),
+            Arc::new(StringArray::from(ops.clone())),
+            Arc::new(BooleanArray::from_iter(
+                events.iter().map(|e| Some(e.tombstone)),
+            )),
+            Arc::new(key),
+            Arc::new(before),
+            Arc::new(after),
+            Arc::new(source),
+            Arc::new(StringArray::from(ops)),
+        ],
+    )
+    .expect("batch");
+    ChangeBatch {
+        topic: topic.into(),
+        partition,
+        first_offset: events[0].offset,
+        last_offset: events[n - 1].offset,
+        key_schema: None,
+        value_schema: None,
+        shape: ValueShape::Envelope,
+        rows,
+    }
+}
+
+type Row = (i64, Option<String>, Option<String>, Option<String>);
+
+async fn table(r: &PgReplicator, schema: &str, table: &str) -> Vec<Row> {
+    rows(
+        r,
+        &format!("SELECT id, name, note, amount::text FROM \"{schema}\".\"{table}\" ORDER BY id"),
+    )
+    .await
+}
+
+fn row(id: i64, name: &str, note: &str, amount: &str) -> Row {
+    (
+        id,
+        Some(name.into()),
+        Some(note.into()),
+        Some(amount.into()),
+    )
+}
+
+#[tokio::test]
+async fn upserts_deletes_truncates_and_replays_are_exact() {
+    let (r, schema) = replicator(|c| c.truncate_enabled = true).await;
+    let topic = format!("{schema}.public.items");
+    let group = "g";
+    let b1 = batch(
+        &topic,
+        0,
+        "items",
+        &[
+            ev(0, "r", 1, "a", "n1"),
+            ev(1, "c", 2, "b", "n2"),
+            ev(2, "u", 1, "a2", PLACEHOLDER), // an unchanged TOASTed note
+            del(3, 2, false),
+            del(4, 2, true),
+            ev(5, "c", 3, "c", "n3"),
+            ev(6, "c", 2, "b2", "n2b"), // re-inserted after its delete
+        ],
+        false,
+    );
+    // Another partition of the same topic, in the same call.
+    let p1 = batch(
+        &topic,
+        1,
+        "items",
+        &[ev(0, "c", 10, "x", "nx"), del(1, 10, false)],
+        false,
+    );
+    let applied = r
+        .apply(group, &[b1.clone(), p1.clone()])
+        .await
+        .expect("apply");
+    assert_eq!(
+        applied,
+        vec![
+            Applied {
+                topic: topic.clone(),
+                partition: 0,
+                next_offset: 7
+            },
+            Applied {
+                topic: topic.clone(),
+                partition: 1,
+                next_offset: 2
+            },
+        ]
+    );
+    let expected = vec![
+        row(1, "a2", "n1", "2.01"),
+        row(2, "b2", "n2b", "6.01"),
+        row(3, "c", "n3", "5.01"),
+    ];
+    assert_eq!(table(&r, &schema, "items").await, expected);
+
+    // A replay changes nothing, and the offsets stay.
+    let again = r.apply(group, &[b1.clone(), p1]).await.expect("replay");
+    assert_eq!(again, applied);
+    assert_eq!(table(&r, &schema, "items").await, expected);
+
+    // The placeholder across calls keeps the stored value; a new column is added.
+    let mut upd = ev(7, "u", 3, "c3", PLACEHOLDER);
+    upd.after = Some(("c3", PLACEHOLDER, 701, Some("e3")));
+    let b2 = batch(&topic, 0, "items", &[upd], true);
+    r.apply(group, std::slice::from_ref(&b2))
+        .await
+        .expect("apply b2");
+    let extra: Vec<(i64, Option<String>, Option<String>)> = rows(
+        &r,
+        &format!("SELECT id, note, extra FROM \"{schema}\".items ORDER BY id"),
+    )
+    .await;
+    assert_eq!(extra[2], (3, Some("n3".into()), Some("e3".into())));
+    assert_eq!(extra[0].2, None);
+
+    // Truncate drops what came before it, in the batch and in the table.
+    let trunc = Ev {
+        offset: 9,
+        op: "t",
+        id: 0,
+        after: None,
+        tombstone: false,
+    };
+    let b3 = batch(
+        &topic,
+        0,
+        "items",
+        &[ev(8, "c", 9, "z", "nz"), trunc, ev(10, "c", 4, "d", "n4")],
+        false,
+    );
+    r.apply(group, &[b3]).await.expect("apply b3");
+    assert_eq!(
+        table(&r, &schema, "items").await,
+        vec![row(4, "d", "n4", "10.01")]
+    );
+
+    // Old batches replayed after all that are skipped entirely.
+    let stale = r.apply(group, &[b1, b2]).await.expect("stale replay");
+    assert_eq!(stale[0].next_offset, 11);
+    assert_eq!(
+        table(&r, &schema, "items").await,
+        vec![row(4, "d", "n4", "10.01")]
+    );
+    let seek = r
+        .next_offsets(group, &topic, &[0, 1, 2])
+        .await
+        .expect("offsets");
+    assert_eq!(seek.len(), 2);
+    assert_eq!((seek[&0], seek[&1]), (11, 2));
+    // Another group has its own offsets.
+    assert!(
+        r.next_offsets("other", &topic, &[0])
+            .await
+            .expect("offsets")
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn keyless_tables_insert_once() {
+    let (r, schema) = replicator(|_| {}).await;
+    let topic = format!("{schema}.public.nokey");
+    let b = batch(
+        &topic,
+        0,
+        "nokey",
+        &[
+            ev(0, "r", 1, "a", "x"),
+            ev(1, "c", 1, "a", "x"),
+            ev(2, "u", 1, "b", "y"),
+        ],
+        false,
+    );
+    r.apply("g", std::slice::from_ref(&b)).await.expect("apply");
+    r.apply("g", &[b]).await.expect("replay");
+    let got = table(&r, &schema, "nokey").await;
+    assert_eq!(
+        got.len(),
+        2,
+        "two inserts, the update skipped, the replay skipped: {got:?}"
+    );
+    let pk: i64 = rows::<(i64,)>(
+        &r,
+        &format!(
+            "SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = '{schema}' AND c.relname = 'nokey' AND i.indisprimary"
+        ),
+    )
+    .await[0]
+        .0;
+    assert_eq!(pk, 0);
+
+    let (strict, schema) = replicator(|c| c.keyless = KeylessMode::Error).await;
+    let b = batch(
+        &format!("{schema}.t"),
+        3,
+        "nokey",
+        &[ev(5, "c", 1, "a", "x")],
+        false,
+    );
+    let err = strict.apply("g", &[b]).await.unwrap_err();
+    assert!(!err.is_retryable());
+    let msg = err.to_string();
+    assert!(
+        msg.contains("[3] offset 5") && msg.contains("nokey") && msg.contains("keyless"),
+        "{msg}"
+    );
+}
+
+#[tokio::test]
+async fn bad_records_stop_with_their_place_and_commit_nothing() {
+    let (r, schema) = replicator(|c| {
+        c.table_name_format = "${topic}".into();
+        c.dots_to_underscores = false;
+    })
+    .await;
+    // A table name longer than PostgreSQL holds is refused, not truncated.
+    let long = format!("{schema}.{}", "x".repeat(64));
+    let b = batch(&long, 0, "items", &[ev(0, "c", 1, "a", "b")], false);
+    let err = r.apply("g", &[b]).await.unwrap_err();
+    assert!(err.to_string().contains("64 bytes"), "{err}");
+
+    // A value the existing column cannot hold: the whole call rolls back.
+    let topic = format!("{schema}.ok");
+    let good = batch(&topic, 0, "ok", &[ev(0, "c", 1, "a", "b")], false);
+    r.apply("g", &[good]).await.expect("apply");
+    let pool = r.pool();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "ALTER TABLE \"{schema}\".ok ALTER COLUMN name TYPE varchar(2)"
+    )))
+    .execute(pool)
+    .await
+    .expect("narrow");
+    let b = batch(
+        &topic,
+        0,
+        "ok",
+        &[ev(1, "c", 2, "abc", "n"), ev(2, "c", 3, "ok", "n")],
+        false,
+    );
+    let err = r.apply("g", &[b]).await.unwrap_err();
+    assert!(!err.is_retryable(), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&format!("{topic}[0] offset 1..=2, table {schema}.ok")),
+        "{msg}"
+    );
+    assert_eq!(
+        r.next_offsets("g", &topic, &[0]).await.expect("offsets")[&0],
+        1
+    );
+    assert_eq!(table(&r, &schema, "ok").await.len(), 1);
+
+    let unreachable = ReplicaConfig::new("postgres://lakesink:lakesink@127.0.0.1:1/replica");
+    let err = PgReplicator::connect(&unreachable)
+        .await
+        .err()
+        .expect("no database on port 1");
+    assert!(err.is_retryable(), "{err}");
+}
+
+/// ExtractNewRecordState output (rewrite mode: deletes carry the old row and
+/// `__deleted = "true"`), keyed by a value field, named by its `__table` field.
+fn flattened(topic: &str, events: &[(i64, &'static str, i64, &'static str)]) -> ChangeBatch {
+    let n = events.len();
+    let fields: Fields = vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("name", DataType::Utf8, true),
+        Field::new("__table", DataType::Utf8, true),
+        Field::new("__deleted", DataType::Utf8, true),
+    ]
+    .into();
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from_iter_values(events.iter().map(|e| e.2))),
+        Arc::new(StringArray::from_iter_values(events.iter().map(|e| e.3))),
+        Arc::new(StringArray::from(vec!["flat"; n])),
+        Arc::new(StringArray::from_iter_values(
+            events
+                .iter()
+                .map(|e| if e.1 == "d" { "true" } else { "false" }),
+        )),
+    ];
+    let after = StructArray::new(fields, cols, None);
+    let schema = Schema::new(vec![
+        Field::new("__offset", DataType::Int64, false),
+        Field::new("__op", DataType::Utf8, false),
+        Field::new("__tombstone", DataType::Boolean, false),
+        Field::new("key", DataType::Struct(Fields::empty()), true),
+        Field::new("after", after.data_type().clone(), true),
+    ]);
+    let rows = RecordBatch::try_new(
+        Arc::new(schema),
+        vec![
+            Arc::new(Int64Array::from_iter_values(events.iter().map(|e| e.0))),
+            Arc::new(StringArray::from_iter_values(events.iter().map(|e| e.1))),
+            Arc::new(BooleanArray::from(vec![false; n])),
+            Arc::new(StructArray::new_null(Fields::empty(), n)),
+            Arc::new(after),
+        ],
+    )
+    .expect("batch");
+    ChangeBatch {
+        topic: topic.into(),
+        partition: 0,
+        first_offset: events[0].0,
+        last_offset: events[n - 1].0,
+        key_schema: None,
+        value_schema: None,
+        shape: ValueShape::Flattened,
+        rows,
+    }
+}
+
+#[tokio::test]
+async fn flattened_deletes_and_record_value_keys() {
+    let (r, schema) = replicator(|c| {
+        c.pk_mode = lakesink_config::PkMode::RecordValue;
+        c.pk_fields = vec!["id".into()];
+    })
+    .await;
+    let b = flattened(
+        &format!("{schema}.flat"),
+        &[
+            (0, "c", 1, "a"),
+            (1, "c", 2, "b"),
+            (2, "u", 1, "a2"),
+            (3, "d", 2, "b"),
+        ],
+    );
+    r.apply("g", &[b]).await.expect("apply");
+    let got: Vec<(i64, Option<String>)> = rows(
+        &r,
+        &format!("SELECT id, name FROM \"{schema}\".flat ORDER BY id"),
+    )
+    .await;
+    assert_eq!(got, vec![(1, Some("a2".into()))]);
+    let cols: Vec<(String,)> = rows(
+        &r,
+        &format!(
+            "SELECT column_name::text FROM information_schema.columns WHERE table_schema = '{schema}' AND table_name = 'flat' ORDER BY ordinal_position"
+        ),
+    )
+    .await;
+    let cols: Vec<&str> = cols.iter().map(|c| c.0.as_str()).collect();
+    assert_eq!(
+        cols,
+        ["id", "name"],
+        "`__` fields are metadata, not columns"
+    );
+}
+
+#[tokio::test]
+async fn partitions_of_a_new_table_applied_concurrently_create_it_once() {
+    let (r, schema) = replicator(|_| {}).await;
+    let topic = format!("{schema}.public.race");
+    let calls: Vec<ChangeBatch> = (0..4)
+        .map(|p| {
+            batch(
+                &topic,
+                p,
+                "race",
+                &[ev(0, "c", i64::from(p), "n", "x")],
+                p == 3,
+            )
+        })
+        .collect();
+    let results =
+        futures::future::join_all(calls.iter().map(|b| r.apply("g", std::slice::from_ref(b))))
+            .await;
+    for res in results {
+        res.expect("concurrent apply");
+    }
+    assert_eq!(table(&r, &schema, "race").await.len(), 4);
+}
+
+#[tokio::test]
+async fn schema_changes_the_config_forbids_are_errors() {
+    let (r, schema) = replicator(|c| {
+        c.auto_create = false;
+        c.schema_evolution = lakesink_config::SchemaEvolution::None;
+    })
+    .await;
+    let topic = format!("{schema}.public.items");
+    let err = r
+        .apply(
+            "g",
+            &[batch(&topic, 0, "items", &[ev(0, "c", 1, "a", "b")], false)],
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("auto-create is off"), "{err}");
+    for sql in [
+        format!("CREATE SCHEMA \"{schema}\""),
+        format!(
+            "CREATE TABLE \"{schema}\".items (id bigint PRIMARY KEY, name text, note text, amount numeric)"
+        ),
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(r.pool())
+            .await
+            .expect("create by hand");
+    }
+    r.apply(
+        "g",
+        &[batch(&topic, 0, "items", &[ev(0, "c", 1, "a", "b")], false)],
+    )
+    .await
+    .expect("existing table");
+    let err = r
+        .apply(
+            "g",
+            &[batch(&topic, 0, "items", &[ev(1, "c", 2, "a", "b")], true)],
+        )
+        .await
+        .unwrap_err();
+    assert!(!err.is_retryable());
+    assert!(
+        err.to_string().contains("extra") && err.to_string().contains("offset 1"),
+        "{err}"
+    );
+}

@@ -1,0 +1,204 @@
+//! A replicator over a fresh schema of the replica, and a Debezium connector capturing
+//! several source tables (mixed-case names included) with truncates on.
+
+use std::time::Duration;
+
+use lakesink_config::ReplicaConfig;
+use lakesink_tests::{Stack, eventually, unique, unreachable};
+use lakesink_writers::PgReplicator;
+use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
+use rdkafka::message::OwnedMessage;
+use rdkafka::{ClientConfig, Message};
+use serde_json::{Value, json};
+use sqlx::AssertSqlSafe;
+use sqlx::postgres::{PgPool, PgRow};
+
+/// A replicator writing tables to `<unique schema>.<source table>`, with `tweak` applied to
+/// its config; returns it and the schema.
+pub(crate) async fn replicator(tweak: impl FnOnce(&mut ReplicaConfig)) -> (PgReplicator, String) {
+    let stack = Stack::from_env();
+    let schema = unique("replica");
+    let mut config = ReplicaConfig::new(&stack.replica_pg_url);
+    config.table_name_format = format!("{schema}.${{source.table}}");
+    config.dots_to_underscores = false;
+    config.pool_size = 2;
+    tweak(&mut config);
+    let r = PgReplicator::connect(&config).await.unwrap_or_else(|e| {
+        panic!(
+            "{}",
+            unreachable("PostgreSQL replica", &stack.replica_pg_url, e)
+        )
+    });
+    (r, schema)
+}
+
+/// Rows of a query on the replica.
+pub(crate) async fn rows<T>(r: &PgReplicator, sql: &str) -> Vec<T>
+where
+    T: for<'r> sqlx::FromRow<'r, PgRow> + Send + Unpin,
+{
+    sqlx::query_as::<_, T>(AssertSqlSafe(sql.to_owned()))
+        .fetch_all(r.pool())
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// A Debezium PostgreSQL connector over several `public` tables of the source, publishing to
+/// `<name>.public.<table>` with the Apicurio Avro converter and truncate events on.
+pub(crate) struct Capture {
+    pub(crate) name: String,
+    pub(crate) topics: Vec<String>,
+    stack: Stack,
+    http: reqwest::Client,
+}
+
+impl Capture {
+    pub(crate) async fn start(stack: &Stack, name: &str, tables: &[&str]) -> Self {
+        let c = Self {
+            name: name.to_owned(),
+            topics: tables
+                .iter()
+                .map(|t| format!("{name}.public.{t}"))
+                .collect(),
+            stack: stack.clone(),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(15))
+                .build()
+                .expect("http"),
+        };
+        let pg = reqwest::Url::parse(&stack.source_pg_url).expect("source url");
+        let registry = format!("{}/apis/registry/v2", stack.registry_url);
+        let include: Vec<String> = tables.iter().map(|t| format!("public\\.{t}")).collect();
+        let config = json!({
+            "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+            "plugin.name": "pgoutput",
+            "database.hostname": pg.host_str(), "database.port": pg.port().unwrap_or(5432).to_string(),
+            "database.user": pg.username(), "database.password": pg.password(),
+            "database.dbname": pg.path().trim_start_matches('/'),
+            "topic.prefix": name, "slot.name": name, "publication.name": name,
+            "publication.autocreate.mode": "filtered", "table.include.list": include.join(","),
+            "slot.drop.on.stop": "true",
+            "skipped.operations": "none",
+            "key.converter": "io.apicurio.registry.utils.converter.AvroConverter",
+            "key.converter.apicurio.registry.url": registry,
+            "key.converter.apicurio.registry.auto-register": "true",
+            "value.converter": "io.apicurio.registry.utils.converter.AvroConverter",
+            "value.converter.apicurio.registry.url": registry,
+            "value.converter.apicurio.registry.auto-register": "true",
+        });
+        let resp = c
+            .http
+            .put(format!("{}/config", c.url()))
+            .json(&config)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{}", unreachable("Kafka Connect", &stack.connect_url, e)));
+        assert!(
+            resp.status().is_success(),
+            "register connector: {} {}",
+            resp.status(),
+            resp.text().await.unwrap_or_default()
+        );
+        let running = eventually(Duration::from_secs(90), || async {
+            let status: Value = c
+                .http
+                .get(format!("{}/status", c.url()))
+                .send()
+                .await
+                .ok()?
+                .json()
+                .await
+                .ok()?;
+            (status["tasks"][0]["state"] == "RUNNING").then_some(())
+        })
+        .await;
+        assert!(
+            running.is_some(),
+            "connector {name} did not reach RUNNING within 90 s"
+        );
+        c
+    }
+
+    fn url(&self) -> String {
+        format!("{}/connectors/{}", self.stack.connect_url, self.name)
+    }
+
+    /// Reads exactly `counts[i]` records from `topics[i]`, from the beginning.
+    pub(crate) async fn read(&self, counts: &[usize]) -> Vec<OwnedMessage> {
+        let probe: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.stack.kafka_brokers)
+            .create()
+            .expect("metadata client");
+        for topic in &self.topics {
+            let found = eventually(Duration::from_secs(60), || async {
+                let md = probe
+                    .fetch_metadata(Some(topic), Duration::from_secs(5))
+                    .ok()?;
+                md.topics()
+                    .iter()
+                    .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty())
+                    .then_some(())
+            })
+            .await;
+            assert!(found.is_some(), "topic {topic} did not appear within 60 s");
+        }
+        let consumer: StreamConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.stack.kafka_brokers)
+            .set("group.id", unique("test-group"))
+            .set("auto.offset.reset", "earliest")
+            .set("enable.auto.commit", "false")
+            .create()
+            .expect("consumer");
+        let topics: Vec<&str> = self.topics.iter().map(String::as_str).collect();
+        consumer.subscribe(&topics).expect("subscribe");
+        let total: usize = counts.iter().sum();
+        let mut seen = vec![0usize; counts.len()];
+        let mut out = Vec::with_capacity(total);
+        while out.len() < total {
+            let msg = tokio::time::timeout(Duration::from_secs(60), consumer.recv())
+                .await
+                .unwrap_or_else(|_| {
+                    panic!("{seen:?} of {counts:?} records on {topics:?} within 60 s")
+                })
+                .expect("consume");
+            if let Some(i) = self.topics.iter().position(|t| t == msg.topic()) {
+                seen[i] += 1;
+            }
+            out.push(msg.detach());
+        }
+        assert_eq!(seen, counts, "records per topic");
+        out
+    }
+
+    /// Deletes the connector, waits for its slot to go, and drops its publication.
+    pub(crate) async fn stop(self, pg: &PgPool) {
+        self.http
+            .delete(self.url())
+            .send()
+            .await
+            .expect("delete connector");
+        let slot_gone = eventually(Duration::from_secs(30), || async {
+            let n: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1",
+            )
+            .bind(&self.name)
+            .fetch_one(pg)
+            .await
+            .ok()?;
+            (n == 0).then_some(())
+        })
+        .await;
+        assert!(
+            slot_gone.is_some(),
+            "replication slot {} still exists",
+            self.name
+        );
+        sqlx::query(AssertSqlSafe(format!(
+            "DROP PUBLICATION IF EXISTS {}",
+            self.name
+        )))
+        .execute(pg)
+        .await
+        .expect("drop publication");
+    }
+}

@@ -1,0 +1,168 @@
+//! What a target table looks like, and making it fit the records: create it with its key,
+//! add the columns the writer schema gained. Never drop, never narrow.
+
+use std::collections::HashMap;
+
+use lakesink_config::SchemaEvolution;
+use sqlx::postgres::PgConnection;
+use sqlx::{AssertSqlSafe, Row};
+
+use super::error::ReplicaError;
+use super::naming::quote;
+use super::plan::TableWork;
+
+/// A table's columns (name → type as `format_type` writes it) and primary key, in order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct TableMeta {
+    pub types: HashMap<String, String>,
+    pub pk: Vec<String>,
+}
+
+/// Reads the table from the catalog; `None` when it does not exist.
+pub(crate) async fn load(
+    conn: &mut PgConnection,
+    work: &TableWork<'_>,
+) -> Result<Option<TableMeta>, ReplicaError> {
+    let rows = sqlx::query(include_str!("sql/table_columns.sql"))
+        .bind(&work.name.schema)
+        .bind(&work.name.table)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(|e| ReplicaError::from_sqlx(e, Some(work.at.clone())))?;
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    let mut meta = TableMeta::default();
+    let mut pk: Vec<(i32, String)> = Vec::new();
+    for r in rows {
+        let get = || -> Result<(String, String, Option<i32>), sqlx::Error> {
+            Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?))
+        };
+        let (name, ty, pos) =
+            get().map_err(|e| ReplicaError::from_sqlx(e, Some(work.at.clone())))?;
+        if let Some(p) = pos {
+            pk.push((p, name.clone()));
+        }
+        meta.types.insert(name, ty);
+    }
+    pk.sort();
+    meta.pk = pk.into_iter().map(|(_, n)| n).collect();
+    Ok(Some(meta))
+}
+
+/// The DDL that makes the table fit `work`, and the table as it will then be.
+pub(crate) fn plan_ddl(
+    work: &TableWork<'_>,
+    existing: Option<&TableMeta>,
+    auto_create: bool,
+    evolution: SchemaEvolution,
+) -> Result<(Vec<String>, TableMeta), String> {
+    let table = work.name.quoted();
+    let Some(existing) = existing else {
+        if !auto_create {
+            return Err("the table does not exist and auto-create is off".into());
+        }
+        let mut defs: Vec<String> = work
+            .pk
+            .iter()
+            .map(|k| format!("{} {} NOT NULL", quote(&k.name), k.ty.ddl))
+            .collect();
+        defs.extend(
+            work.cols
+                .iter()
+                .map(|c| format!("{} {}", quote(&c.name), c.ty.ddl)),
+        );
+        if !work.pk.is_empty() {
+            let keys: Vec<String> = work.pk.iter().map(|k| quote(&k.name)).collect();
+            defs.push(format!("PRIMARY KEY ({})", keys.join(", ")));
+        }
+        let meta = TableMeta {
+            types: work
+                .pk
+                .iter()
+                .chain(&work.cols)
+                .map(|c| (c.name.clone(), c.ty.ddl.clone()))
+                .collect(),
+            pk: work.pk.iter().map(|k| k.name.clone()).collect(),
+        };
+        return Ok((
+            vec![
+                format!("CREATE SCHEMA IF NOT EXISTS {}", quote(&work.name.schema)),
+                format!("CREATE TABLE IF NOT EXISTS {table} ({})", defs.join(", ")),
+            ],
+            meta,
+        ));
+    };
+    let want: Vec<&str> = work.pk.iter().map(|k| k.name.as_str()).collect();
+    if !want.is_empty() && existing.pk != want {
+        return Err(format!(
+            "the table's primary key is ({}) but the records are keyed by ({}); an upsert needs them equal",
+            existing.pk.join(", "),
+            want.join(", ")
+        ));
+    }
+    if let Some(k) = work
+        .pk
+        .iter()
+        .find(|k| !existing.types.contains_key(&k.name))
+    {
+        return Err(format!("the table has no key column `{}`", k.name));
+    }
+    let missing: Vec<_> = work
+        .cols
+        .iter()
+        .filter(|c| !existing.types.contains_key(&c.name))
+        .collect();
+    if missing.is_empty() {
+        return Ok((Vec::new(), existing.clone()));
+    }
+    if evolution == SchemaEvolution::None {
+        let names: Vec<&str> = missing.iter().map(|c| c.name.as_str()).collect();
+        return Err(format!(
+            "the table lacks column(s) {} and schema-evolution is none",
+            names.join(", ")
+        ));
+    }
+    let mut meta = existing.clone();
+    let adds: Vec<String> = missing
+        .iter()
+        .map(|c| {
+            meta.types.insert(c.name.clone(), c.ty.ddl.clone());
+            format!("ADD COLUMN IF NOT EXISTS {} {}", quote(&c.name), c.ty.ddl)
+        })
+        .collect();
+    Ok((
+        vec![format!("ALTER TABLE {table} {}", adds.join(", "))],
+        meta,
+    ))
+}
+
+/// Runs the DDL inside the apply's transaction, so a failed apply leaves no half schema.
+pub(crate) async fn run(
+    conn: &mut PgConnection,
+    work: &TableWork<'_>,
+    statements: Vec<String>,
+) -> Result<(), ReplicaError> {
+    // Concurrent applies (partitions of one topic) may create the same table: PostgreSQL's
+    // IF NOT EXISTS is not safe against that race, so DDL on one table is serialised.
+    lock(conn, &work.name.quoted())
+        .await
+        .map_err(|e| ReplicaError::from_sqlx(e, Some(work.at.clone())))?;
+    for sql in statements {
+        tracing::info!(table = %work.name, sql, "replica schema change");
+        sqlx::query(AssertSqlSafe(sql))
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| ReplicaError::from_sqlx(e, Some(work.at.clone())))?;
+    }
+    Ok(())
+}
+
+/// A transaction-scoped advisory lock named by `what`.
+pub(crate) async fn lock(conn: &mut PgConnection, what: &str) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+        .bind(what)
+        .execute(&mut *conn)
+        .await
+        .map(|_| ())
+}

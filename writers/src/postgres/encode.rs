@@ -1,0 +1,509 @@
+//! Arrow columns into PostgreSQL's binary `COPY` format, and Debezium's placeholder for
+//! unchanged TOASTed values.
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::*;
+use arrow_array::{Array, ArrayRef, BinaryArray, GenericListArray, StringArray, StructArray};
+use arrow_schema::{DataType, TimeUnit};
+
+use super::types::{ColumnType, Conv, Wire};
+
+/// Debezium's `unavailable.value.placeholder` default.
+pub(crate) const PLACEHOLDER: &str = "__debezium_unavailable_value";
+
+/// 2000-01-01, PostgreSQL's epoch, from the Unix epoch.
+const PG_EPOCH_DAYS: i32 = 10_957;
+const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
+
+/// A binary COPY stream being written.
+pub(crate) struct CopyBuf {
+    pub buf: Vec<u8>,
+}
+
+impl CopyBuf {
+    pub(crate) fn new() -> Self {
+        let mut buf = Vec::with_capacity(1 << 16);
+        buf.extend_from_slice(b"PGCOPY\n\xff\r\n\0");
+        buf.extend_from_slice(&0i32.to_be_bytes());
+        buf.extend_from_slice(&0i32.to_be_bytes());
+        Self { buf }
+    }
+
+    pub(crate) fn row(&mut self, fields: usize) {
+        self.buf.extend_from_slice(&(fields as i16).to_be_bytes());
+    }
+
+    pub(crate) fn null(&mut self) {
+        self.buf.extend_from_slice(&(-1i32).to_be_bytes());
+    }
+
+    pub(crate) fn finish(mut self) -> Vec<u8> {
+        self.buf.extend_from_slice(&(-1i16).to_be_bytes());
+        self.buf
+    }
+}
+
+/// One Arrow column, ready to write row by row as its wire type.
+pub(crate) enum Enc<'a> {
+    Bool(&'a arrow_array::BooleanArray),
+    /// Integers of any width, widened to the wire's.
+    Int(&'a dyn Array, IntVals<'a>, Wire),
+    F32(&'a arrow_array::Float32Array),
+    F64(&'a arrow_array::Float64Array),
+    Utf8(&'a StringArray),
+    Bin(&'a BinaryArray),
+    Decimal(&'a dyn Array),
+    VariableScale(&'a StructArray),
+    Bits(&'a BinaryArray, Option<usize>),
+    Date(&'a arrow_array::Date32Array),
+    /// Times, timestamps and durations: the raw count and its unit.
+    Micros(&'a dyn Array, IntVals<'a>, TimeUnit, Wire),
+    Wkb(&'a StructArray),
+    Point(&'a StructArray),
+    List(&'a GenericListArray<i32>, Box<Enc<'a>>, u32),
+}
+
+pub(crate) enum IntVals<'a> {
+    I8(&'a [i8]),
+    I16(&'a [i16]),
+    I32(&'a [i32]),
+    I64(&'a [i64]),
+}
+
+/// The raw integers of an integer or temporal array, of whatever width and unit.
+fn int_values(a: &dyn Array) -> Option<IntVals<'_>> {
+    use TimeUnit::*;
+    Some(match a.data_type() {
+        DataType::Int8 => IntVals::I8(a.as_primitive_opt::<Int8Type>()?.values()),
+        DataType::Int16 => IntVals::I16(a.as_primitive_opt::<Int16Type>()?.values()),
+        DataType::Int32 => IntVals::I32(a.as_primitive_opt::<Int32Type>()?.values()),
+        DataType::Int64 => IntVals::I64(a.as_primitive_opt::<Int64Type>()?.values()),
+        DataType::Time32(Second) => {
+            IntVals::I32(a.as_primitive_opt::<Time32SecondType>()?.values())
+        }
+        DataType::Time32(Millisecond) => {
+            IntVals::I32(a.as_primitive_opt::<Time32MillisecondType>()?.values())
+        }
+        DataType::Time64(Microsecond) => {
+            IntVals::I64(a.as_primitive_opt::<Time64MicrosecondType>()?.values())
+        }
+        DataType::Time64(Nanosecond) => {
+            IntVals::I64(a.as_primitive_opt::<Time64NanosecondType>()?.values())
+        }
+        DataType::Timestamp(Second, _) => {
+            IntVals::I64(a.as_primitive_opt::<TimestampSecondType>()?.values())
+        }
+        DataType::Timestamp(Millisecond, _) => {
+            IntVals::I64(a.as_primitive_opt::<TimestampMillisecondType>()?.values())
+        }
+        DataType::Timestamp(Microsecond, _) => {
+            IntVals::I64(a.as_primitive_opt::<TimestampMicrosecondType>()?.values())
+        }
+        DataType::Timestamp(Nanosecond, _) => {
+            IntVals::I64(a.as_primitive_opt::<TimestampNanosecondType>()?.values())
+        }
+        DataType::Duration(Second) => {
+            IntVals::I64(a.as_primitive_opt::<DurationSecondType>()?.values())
+        }
+        DataType::Duration(Millisecond) => {
+            IntVals::I64(a.as_primitive_opt::<DurationMillisecondType>()?.values())
+        }
+        DataType::Duration(Microsecond) => {
+            IntVals::I64(a.as_primitive_opt::<DurationMicrosecondType>()?.values())
+        }
+        DataType::Duration(Nanosecond) => {
+            IntVals::I64(a.as_primitive_opt::<DurationNanosecondType>()?.values())
+        }
+        _ => return None,
+    })
+}
+
+impl IntVals<'_> {
+    fn get(&self, i: usize) -> i64 {
+        match self {
+            IntVals::I8(v) => i64::from(v[i]),
+            IntVals::I16(v) => i64::from(v[i]),
+            IntVals::I32(v) => i64::from(v[i]),
+            IntVals::I64(v) => v[i],
+        }
+    }
+}
+
+fn mismatch(array: &dyn Array, ty: &ColumnType) -> String {
+    format!(
+        "an Arrow {} column cannot be written as {}",
+        array.data_type(),
+        ty.ddl
+    )
+}
+
+impl<'a> Enc<'a> {
+    pub(crate) fn new(array: &'a ArrayRef, ty: &ColumnType) -> Result<Self, String> {
+        Self::of(array.as_ref(), &ty.wire, &ty.conv).map_err(|()| mismatch(array.as_ref(), ty))
+    }
+
+    fn of(a: &'a dyn Array, wire: &Wire, conv: &Conv) -> Result<Self, ()> {
+        let ints = |a: &'a dyn Array| int_values(a).ok_or(());
+        Ok(match (wire, conv, a.data_type()) {
+            (Wire::Array(elem), conv, DataType::List(_)) => {
+                let list = a.as_list::<i32>();
+                let inner = Self::of(list.values().as_ref(), elem, conv)?;
+                // Lists borrow their values array from `a`, which outlives this encoder.
+                Enc::List(list, Box::new(inner), elem.oid())
+            }
+            (Wire::Bool, _, DataType::Boolean) => Enc::Bool(a.as_boolean()),
+            (Wire::Int2 | Wire::Int4 | Wire::Int8, _, _) => Enc::Int(a, ints(a)?, wire.clone()),
+            (Wire::Float4, _, DataType::Float32) => Enc::F32(a.as_primitive()),
+            (Wire::Float8, _, DataType::Float64) => Enc::F64(a.as_primitive()),
+            (Wire::Text, Conv::Decimal, DataType::Decimal128(..) | DataType::Decimal256(..)) => {
+                Enc::Decimal(a)
+            }
+            (Wire::Text, Conv::VariableScale, DataType::Struct(_)) => {
+                Enc::VariableScale(a.as_struct())
+            }
+            (Wire::Text, Conv::Bits(n), DataType::Binary) => Enc::Bits(a.as_binary(), *n),
+            (Wire::Text, _, DataType::Utf8) => Enc::Utf8(a.as_string()),
+            (Wire::Bytea, Conv::Wkb, DataType::Struct(_)) => Enc::Wkb(a.as_struct()),
+            (Wire::Bytea, _, DataType::Binary) => Enc::Bin(a.as_binary()),
+            (Wire::Date, _, DataType::Date32) => Enc::Date(a.as_primitive()),
+            (Wire::Point, Conv::Point, DataType::Struct(_)) => Enc::Point(a.as_struct()),
+            (
+                Wire::Time | Wire::Timestamp | Wire::Timestamptz | Wire::Interval,
+                _,
+                DataType::Time32(u)
+                | DataType::Time64(u)
+                | DataType::Timestamp(u, _)
+                | DataType::Duration(u),
+            ) => Enc::Micros(a, ints(a)?, *u, wire.clone()),
+            _ => return Err(()),
+        })
+    }
+
+    fn array(&self) -> &dyn Array {
+        match self {
+            Enc::Bool(a) => *a,
+            Enc::Int(a, ..) | Enc::Decimal(a) | Enc::Micros(a, ..) => *a,
+            Enc::F32(a) => *a,
+            Enc::F64(a) => *a,
+            Enc::Utf8(a) => *a,
+            Enc::Bin(a) | Enc::Bits(a, _) => *a,
+            Enc::VariableScale(a) | Enc::Wkb(a) | Enc::Point(a) => *a,
+            Enc::Date(a) => *a,
+            Enc::List(a, ..) => *a,
+        }
+    }
+
+    pub(crate) fn is_null(&self, i: usize) -> bool {
+        self.array().is_null(i)
+    }
+
+    /// Whether row `i` is Debezium's stand-in for an unchanged TOASTed value: the placeholder
+    /// text, its bytes, or a one-element array of either, or an int array of its bytes.
+    pub(crate) fn is_placeholder(&self, i: usize) -> bool {
+        if self.is_null(i) {
+            return false;
+        }
+        match self {
+            Enc::Utf8(a) => a.value(i) == PLACEHOLDER,
+            Enc::Bin(a) => a.value(i) == PLACEHOLDER.as_bytes(),
+            Enc::List(l, inner, _) => {
+                let (start, end) = (
+                    l.value_offsets()[i] as usize,
+                    l.value_offsets()[i + 1] as usize,
+                );
+                match inner.as_ref() {
+                    Enc::Utf8(_) | Enc::Bin(_) => end - start == 1 && inner.is_placeholder(start),
+                    Enc::Int(a, v, _) => {
+                        end - start == PLACEHOLDER.len()
+                            && PLACEHOLDER.bytes().enumerate().all(|(k, b)| {
+                                !a.is_null(start + k) && v.get(start + k) == i64::from(b)
+                            })
+                    }
+                    _ => false,
+                }
+            }
+            _ => false,
+        }
+    }
+
+    /// Appends row `i` as one COPY field (length-prefixed, or -1 for NULL).
+    pub(crate) fn write(&self, i: usize, out: &mut Vec<u8>) -> Result<(), String> {
+        if self.is_null(i) {
+            out.extend_from_slice(&(-1i32).to_be_bytes());
+            return Ok(());
+        }
+        let at = out.len();
+        out.extend_from_slice(&0i32.to_be_bytes());
+        self.write_value(i, out)?;
+        let len = i32::try_from(out.len() - at - 4).map_err(|_| "a value over 2 GiB".to_owned())?;
+        out[at..at + 4].copy_from_slice(&len.to_be_bytes());
+        Ok(())
+    }
+
+    fn write_value(&self, i: usize, out: &mut Vec<u8>) -> Result<(), String> {
+        match self {
+            Enc::Bool(a) => out.push(u8::from(a.value(i))),
+            Enc::Int(_, v, wire) => {
+                let x = v.get(i);
+                let range = || format!("{x} does not fit {}", wire.sql());
+                match wire {
+                    Wire::Int2 => {
+                        out.extend_from_slice(&i16::try_from(x).map_err(|_| range())?.to_be_bytes())
+                    }
+                    Wire::Int4 => {
+                        out.extend_from_slice(&i32::try_from(x).map_err(|_| range())?.to_be_bytes())
+                    }
+                    _ => out.extend_from_slice(&x.to_be_bytes()),
+                }
+            }
+            Enc::F32(a) => out.extend_from_slice(&a.value(i).to_be_bytes()),
+            Enc::F64(a) => out.extend_from_slice(&a.value(i).to_be_bytes()),
+            Enc::Utf8(a) => out.extend_from_slice(a.value(i).as_bytes()),
+            Enc::Bin(a) => out.extend_from_slice(a.value(i)),
+            Enc::Decimal(a) => {
+                let text = match a.data_type() {
+                    DataType::Decimal128(..) => {
+                        a.as_primitive::<Decimal128Type>().value_as_string(i)
+                    }
+                    _ => a.as_primitive::<Decimal256Type>().value_as_string(i),
+                };
+                out.extend_from_slice(text.as_bytes());
+            }
+            Enc::VariableScale(s) => {
+                let scale = s
+                    .column_by_name("scale")
+                    .and_then(|c| c.as_primitive_opt::<Int32Type>())
+                    .ok_or("VariableScaleDecimal without an int scale")?;
+                let value = s
+                    .column_by_name("value")
+                    .and_then(|c| c.as_binary_opt::<i32>())
+                    .ok_or("VariableScaleDecimal without a bytes value")?;
+                let text = decimal_text(value.value(i), scale.value(i))?;
+                out.extend_from_slice(text.as_bytes());
+            }
+            Enc::Bits(a, n) => out.extend_from_slice(bit_string(a.value(i), *n).as_bytes()),
+            Enc::Date(a) => out.extend_from_slice(&(a.value(i) - PG_EPOCH_DAYS).to_be_bytes()),
+            Enc::Micros(_, v, unit, wire) => {
+                let raw = v.get(i);
+                let us = match unit {
+                    TimeUnit::Second => raw.checked_mul(1_000_000),
+                    TimeUnit::Millisecond => raw.checked_mul(1_000),
+                    TimeUnit::Microsecond => Some(raw),
+                    TimeUnit::Nanosecond if raw % 1_000 == 0 => Some(raw / 1_000),
+                    TimeUnit::Nanosecond => {
+                        return Err(format!(
+                            "{raw} ns is finer than PostgreSQL's microseconds (not rounded)"
+                        ));
+                    }
+                }
+                .ok_or_else(|| format!("{raw} {unit:?} is out of range"))?;
+                match wire {
+                    Wire::Timestamp | Wire::Timestamptz => {
+                        out.extend_from_slice(&(us - PG_EPOCH_MICROS).to_be_bytes())
+                    }
+                    Wire::Interval => {
+                        // Whole days as days, so `3 days 04:00` reads back as written; months
+                        // stay 0: Debezium already folded them into microseconds.
+                        const DAY: i64 = 86_400_000_000;
+                        let days = i32::try_from(us / DAY).map_err(|_| "interval out of range")?;
+                        out.extend_from_slice(&(us % DAY).to_be_bytes());
+                        out.extend_from_slice(&days.to_be_bytes());
+                        out.extend_from_slice(&0i32.to_be_bytes());
+                    }
+                    _ => out.extend_from_slice(&us.to_be_bytes()),
+                }
+            }
+            Enc::Wkb(s) => {
+                let wkb = s
+                    .column_by_name("wkb")
+                    .and_then(|c| c.as_binary_opt::<i32>())
+                    .ok_or("geometry without wkb bytes")?;
+                out.extend_from_slice(wkb.value(i));
+            }
+            Enc::Point(s) => {
+                for axis in ["x", "y"] {
+                    let c = s
+                        .column_by_name(axis)
+                        .and_then(|c| c.as_primitive_opt::<Float64Type>())
+                        .ok_or("point without float x, y")?;
+                    out.extend_from_slice(&c.value(i).to_be_bytes());
+                }
+            }
+            Enc::List(l, inner, oid) => {
+                let (start, end) = (
+                    l.value_offsets()[i] as usize,
+                    l.value_offsets()[i + 1] as usize,
+                );
+                let has_null = (start..end).any(|k| inner.is_null(k));
+                let n = i32::try_from(end - start).map_err(|_| "array too long".to_owned())?;
+                out.extend_from_slice(&i32::from(n > 0).to_be_bytes()); // dimensions
+                out.extend_from_slice(&i32::from(has_null).to_be_bytes());
+                out.extend_from_slice(&oid.to_be_bytes());
+                if n > 0 {
+                    out.extend_from_slice(&n.to_be_bytes());
+                    out.extend_from_slice(&1i32.to_be_bytes()); // lower bound
+                }
+                for k in start..end {
+                    inner.write(k, out)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A two's-complement big-endian unscaled value and a scale, as decimal text.
+pub(crate) fn decimal_text(bytes: &[u8], scale: i32) -> Result<String, String> {
+    let negative = bytes.first().is_some_and(|b| b & 0x80 != 0);
+    let mut mag: Vec<u8> = if negative {
+        // Negate: invert and add one.
+        let mut m: Vec<u8> = bytes.iter().map(|b| !b).collect();
+        for b in m.iter_mut().rev() {
+            let (v, carry) = b.overflowing_add(1);
+            *b = v;
+            if !carry {
+                break;
+            }
+        }
+        m
+    } else {
+        bytes.to_vec()
+    };
+    let mut digits = Vec::new();
+    while mag.iter().any(|&b| b != 0) {
+        let mut rem = 0u32;
+        for b in mag.iter_mut() {
+            let cur = (rem << 8) | u32::from(*b);
+            *b = (cur / 10) as u8;
+            rem = cur % 10;
+        }
+        digits.push(b'0' + rem as u8);
+    }
+    if digits.is_empty() {
+        digits.push(b'0');
+    }
+    digits.reverse();
+    let mut text = String::from_utf8(digits).map_err(|e| e.to_string())?;
+    if scale < 0 {
+        if text != "0" {
+            text.extend(std::iter::repeat_n('0', scale.unsigned_abs() as usize));
+        }
+    } else if scale > 0 {
+        let scale = scale as usize;
+        if scale > 16_383 {
+            return Err(format!(
+                "decimal scale {scale} exceeds PostgreSQL's numeric"
+            ));
+        }
+        while text.len() <= scale {
+            text.insert(0, '0');
+        }
+        text.insert(text.len() - scale, '.');
+    }
+    if negative {
+        text.insert(0, '-');
+    }
+    Ok(text)
+}
+
+/// Debezium's little-endian bit bytes (bit i is bit i % 8 of byte i / 8) as a bit string of
+/// `len` bits, most significant first as PostgreSQL writes them.
+pub(crate) fn bit_string(bytes: &[u8], len: Option<usize>) -> String {
+    let len = len.unwrap_or(bytes.len() * 8);
+    (0..len)
+        .rev()
+        .map(|bit| {
+            let set = bytes.get(bit / 8).is_some_and(|b| b >> (bit % 8) & 1 == 1);
+            if set { '1' } else { '0' }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn decimals_from_twos_complement() {
+        assert_eq!(decimal_text(&[0x30, 0x39], 2).unwrap(), "123.45");
+        assert_eq!(decimal_text(&[0xcf, 0xc7], 2).unwrap(), "-123.45");
+        assert_eq!(decimal_text(&[0x05], 3).unwrap(), "0.005");
+        assert_eq!(decimal_text(&[], 0).unwrap(), "0");
+        assert_eq!(decimal_text(&[0x07], -2).unwrap(), "700");
+        assert_eq!(decimal_text(&[0xff], 0).unwrap(), "-1");
+        assert_eq!(decimal_text(&[0x80], 0).unwrap(), "-128");
+    }
+
+    #[test]
+    fn bits_are_written_most_significant_first() {
+        assert_eq!(bit_string(&[0b1010], Some(4)), "1010");
+        assert_eq!(bit_string(&[0b101], Some(8)), "00000101");
+        assert_eq!(bit_string(&[0x01, 0x80], None), "1000000000000001");
+    }
+
+    #[test]
+    fn placeholders_in_text_bytes_and_arrays() {
+        let ty = |f: &arrow_schema::Field| super::super::types::column_type(f).unwrap();
+        let text: ArrayRef = Arc::new(StringArray::from(vec![Some(PLACEHOLDER), Some("x"), None]));
+        let t = ty(&arrow_schema::Field::new("t", DataType::Utf8, true));
+        let e = Enc::new(&text, &t).unwrap();
+        assert!(e.is_placeholder(0) && !e.is_placeholder(1) && !e.is_placeholder(2));
+        let ints: Vec<Option<i32>> = PLACEHOLDER.bytes().map(|b| Some(i32::from(b))).collect();
+        let list: ArrayRef = Arc::new(
+            arrow_array::ListArray::from_iter_primitive::<Int32Type, _, _>(vec![
+                Some(ints),
+                Some(vec![Some(1)]),
+            ]),
+        );
+        let t = ty(&arrow_schema::Field::new(
+            "l",
+            list.data_type().clone(),
+            true,
+        ));
+        let e = Enc::new(&list, &t).unwrap();
+        assert!(e.is_placeholder(0) && !e.is_placeholder(1));
+    }
+
+    #[test]
+    fn arrays_and_timestamps_in_binary() {
+        let list: ArrayRef = Arc::new(
+            arrow_array::ListArray::from_iter_primitive::<Int32Type, _, _>(vec![
+                Some(vec![Some(1), None]),
+                Some(vec![]),
+            ]),
+        );
+        let t = super::super::types::column_type(&arrow_schema::Field::new(
+            "l",
+            list.data_type().clone(),
+            true,
+        ))
+        .unwrap();
+        let e = Enc::new(&list, &t).unwrap();
+        let mut out = Vec::new();
+        e.write(0, &mut out).unwrap();
+        let expect: Vec<u8> = [32i32, 1, 1, 23, 2, 1, 4, 1, -1]
+            .iter()
+            .flat_map(|v| v.to_be_bytes())
+            .collect();
+        assert_eq!(out, expect);
+        out.clear();
+        e.write(1, &mut out).unwrap();
+        assert_eq!(out.len(), 4 + 12);
+        let ts: ArrayRef = Arc::new(arrow_array::TimestampNanosecondArray::from(vec![
+            PG_EPOCH_MICROS * 1000,
+            1,
+        ]));
+        let t = super::super::types::column_type(&arrow_schema::Field::new(
+            "t",
+            ts.data_type().clone(),
+            true,
+        ))
+        .unwrap();
+        let e = Enc::new(&ts, &t).unwrap();
+        out.clear();
+        e.write(0, &mut out).unwrap();
+        assert_eq!(&out[4..], &0i64.to_be_bytes());
+        assert!(e.write(1, &mut out).unwrap_err().contains("finer"));
+    }
+}

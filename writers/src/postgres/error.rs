@@ -1,0 +1,135 @@
+//! The replica's one error type, classified by whether a retry can help.
+
+/// Where in the input an error belongs: a record, or the whole batch range a statement covered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct At {
+    pub topic: String,
+    pub partition: i32,
+    /// First and last offset concerned; equal for one record.
+    pub offsets: (i64, i64),
+    /// The target table (`schema.table`), when known.
+    pub table: Option<String>,
+}
+
+impl std::fmt::Display for At {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}[{}] offset ", self.topic, self.partition)?;
+        match self.offsets {
+            (a, b) if a == b => write!(f, "{a}")?,
+            (a, b) => write!(f, "{a}..={b}")?,
+        }
+        if let Some(t) = &self.table {
+            write!(f, ", table {t}")?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReplicaError {
+    /// The replica could not be reached, or asked to retry (connection lost, serialization
+    /// failure, deadlock, shutting down or starting up). Nothing was committed.
+    #[error("replica database unavailable{}: {source}", at.as_ref().map(|a| format!(" ({a})")).unwrap_or_default())]
+    Unavailable {
+        at: Option<At>,
+        #[source]
+        source: sqlx::Error,
+    },
+    /// A record the replica cannot apply as configured: no key where one is needed, a value
+    /// the column cannot hold, a table name PostgreSQL cannot hold.
+    #[error("{at}: {reason}")]
+    BadData { at: At, reason: String },
+    /// The database refused a statement for a reason a retry will not fix (a table the
+    /// config may not create, a column type conflict, a permission).
+    #[error("{at}: replica refused the change: {source}")]
+    Rejected {
+        at: At,
+        #[source]
+        source: sqlx::Error,
+    },
+    /// Connecting or preparing the offsets table failed for a reason a retry will not fix.
+    #[error("replica setup: {0}")]
+    Setup(String),
+}
+
+impl ReplicaError {
+    /// Whether the same call can succeed later: only when the database was unavailable.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Unavailable { .. })
+    }
+
+    /// Classifies a database error for the statement covering `at`.
+    pub(crate) fn from_sqlx(source: sqlx::Error, at: Option<At>) -> Self {
+        if is_transient(&source) {
+            return Self::Unavailable { at, source };
+        }
+        let data = source
+            .as_database_error()
+            .and_then(|d| d.code())
+            .is_some_and(|c| c.starts_with("22") || c.starts_with("23"));
+        match at {
+            Some(at) if data => Self::BadData {
+                reason: format!("a value the table cannot hold: {source}"),
+                at,
+            },
+            Some(at) => Self::Rejected { at, source },
+            None => Self::Setup(source.to_string()),
+        }
+    }
+}
+
+/// Connection trouble and the SQLSTATEs PostgreSQL uses for "try again".
+fn is_transient(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::BeginFailed
+        | sqlx::Error::Protocol(_) => true,
+        sqlx::Error::Database(d) => d.code().is_some_and(|c| {
+            // 08 connection exception, 40001 serialization, 40P01 deadlock, 53 resources,
+            // 57P01..57P05 admin/crash shutdown, cannot connect now, idle session timeout.
+            c.starts_with("08")
+                || c == "40001"
+                || c == "40P01"
+                || c.starts_with("53")
+                || c.starts_with("57P")
+        }),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_errors_are_retryable_and_messages_name_the_place() {
+        let at = At {
+            topic: "t".into(),
+            partition: 2,
+            offsets: (5, 9),
+            table: Some("public.x".into()),
+        };
+        let e = ReplicaError::from_sqlx(
+            sqlx::Error::Io(std::io::Error::other("reset")),
+            Some(at.clone()),
+        );
+        assert!(e.is_retryable());
+        assert!(
+            e.to_string().contains("t[2] offset 5..=9, table public.x"),
+            "{e}"
+        );
+        let bad = ReplicaError::BadData {
+            at: At {
+                offsets: (7, 7),
+                ..at
+            },
+            reason: "no key".into(),
+        };
+        assert!(!bad.is_retryable());
+        assert_eq!(bad.to_string(), "t[2] offset 7, table public.x: no key");
+    }
+}

@@ -1,0 +1,245 @@
+//! The PostgreSQL replica: Debezium change batches applied as upserts, deletes and truncates,
+//! exactly once by keeping the consumed offsets in the same transaction.
+
+mod apply;
+mod collapse;
+mod ddl;
+mod encode;
+mod error;
+mod naming;
+mod offsets;
+mod plan;
+mod types;
+
+use std::collections::{BTreeMap, HashMap};
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+
+use lakesink_config::{ReplicaConfig, SchemaEvolution};
+use lakesink_schema_registry::ChangeBatch;
+use sqlx::AssertSqlSafe;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+
+pub use error::{At, ReplicaError};
+pub use naming::{TableName, quote};
+
+use ddl::TableMeta;
+use offsets::OffsetsSql;
+use plan::Rules;
+
+/// What one `apply` made durable for one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    pub topic: String,
+    pub partition: i32,
+    /// The offset to resume from: every record below it is in the replica.
+    pub next_offset: i64,
+}
+
+/// Applies change batches to a PostgreSQL replica.
+///
+/// Contract:
+/// - [`apply`](Self::apply) runs in one transaction: the rows of every batch given, any
+///   table creation or new columns, and the offsets row of each (group, topic, partition).
+///   When it returns `Ok`, all of it is committed; on `Err`, none of it is.
+/// - Records below a partition's stored next offset are skipped, so replaying batches is
+///   harmless. Batches of one partition must come in offset order; one call may hold several
+///   partitions and tables.
+/// - On partition assignment, seek to [`next_offsets`](Self::next_offsets): the replica's
+///   offsets table is the truth, Kafka's committed offset only a hint.
+/// - Per table and key, a call applies the net effect of its records in order (the last
+///   write wins; a delete then an insert is an insert). Debezium's placeholder for unchanged
+///   TOASTed values never overwrites a stored value.
+/// - Errors say whether a retry can help ([`ReplicaError::is_retryable`]) and name topic,
+///   partition, offset(s) and table.
+pub struct PgReplicator {
+    pool: PgPool,
+    rules: Rules,
+    auto_create: bool,
+    evolution: SchemaEvolution,
+    offsets: OffsetsSql,
+    /// Known table shapes; changed only after the transaction that changed them commits.
+    tables: Mutex<HashMap<TableName, Arc<TableMeta>>>,
+}
+
+impl PgReplicator {
+    /// Connects a pool and creates the offsets table when missing.
+    pub async fn connect(config: &ReplicaConfig) -> Result<Self, ReplicaError> {
+        let mut options = PgConnectOptions::from_str(&config.url)
+            .map_err(|e| ReplicaError::Setup(format!("replica.url: {e}")))?;
+        if let Some(p) = &config.password {
+            options = options.password(p.expose());
+        }
+        let database = options.get_database().unwrap_or("postgres").to_owned();
+        let pool = PgPoolOptions::new()
+            .max_connections(config.pool_size)
+            // Unreachable is a retryable error for the caller's backoff, not a long stall here.
+            .acquire_timeout(std::time::Duration::from_secs(5))
+            .connect_with(options)
+            .await
+            .map_err(|e| ReplicaError::from_sqlx(e, None))?;
+        let template = naming::NameTemplate::parse(
+            &config.table_name_format,
+            config.dots_to_underscores,
+            &config.default_schema,
+            &database,
+        )
+        .map_err(ReplicaError::Setup)?;
+        let offsets_table = TableName {
+            schema: config.offsets_schema.clone(),
+            table: config.offsets_table.clone(),
+        };
+        let offsets = OffsetsSql::new(&offsets_table);
+        let setup = |e| ReplicaError::from_sqlx(e, None);
+        let mut tx = pool.begin().await.map_err(setup)?;
+        ddl::lock(&mut tx, &offsets_table.quoted())
+            .await
+            .map_err(setup)?;
+        for sql in [&offsets.schema, &offsets.create] {
+            sqlx::query(AssertSqlSafe(sql.clone()))
+                .execute(&mut *tx)
+                .await
+                .map_err(setup)?;
+        }
+        tx.commit().await.map_err(setup)?;
+        Ok(Self {
+            pool,
+            rules: Rules {
+                template,
+                pk_mode: config.pk_mode,
+                pk_fields: config.pk_fields.clone(),
+                delete_enabled: config.delete_enabled,
+                truncate_enabled: config.truncate_enabled,
+                keyless: config.keyless,
+            },
+            auto_create: config.auto_create,
+            evolution: config.schema_evolution,
+            offsets,
+            tables: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The pool, for callers that want to read the replica.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The stored next offset of each of `partitions` that has one.
+    pub async fn next_offsets(
+        &self,
+        group: &str,
+        topic: &str,
+        partitions: &[i32],
+    ) -> Result<HashMap<i32, i64>, ReplicaError> {
+        let rows: Vec<(i32, i64)> = sqlx::query_as(AssertSqlSafe(self.offsets.read.clone()))
+            .bind(group)
+            .bind(topic)
+            .bind(partitions)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| ReplicaError::from_sqlx(e, None))?;
+        Ok(rows.into_iter().collect())
+    }
+
+    /// Applies `batches` and stores `group`'s offsets, in one transaction; see the type's doc.
+    pub async fn apply(
+        &self,
+        group: &str,
+        batches: &[ChangeBatch],
+    ) -> Result<Vec<Applied>, ReplicaError> {
+        let result = self.apply_in_tx(group, batches).await;
+        if result.is_err() {
+            // The cached shapes may be what failed (a table changed behind our back).
+            if let Ok(mut tables) = self.tables.lock() {
+                tables.clear();
+            }
+        }
+        result
+    }
+
+    async fn apply_in_tx(
+        &self,
+        group: &str,
+        batches: &[ChangeBatch],
+    ) -> Result<Vec<Applied>, ReplicaError> {
+        let mut last: BTreeMap<(String, i32), i64> = BTreeMap::new();
+        for b in batches {
+            let e = last
+                .entry((b.topic.to_string(), b.partition))
+                .or_insert(b.last_offset);
+            *e = (*e).max(b.last_offset);
+        }
+        if last.is_empty() {
+            return Ok(Vec::new());
+        }
+        let parts: Vec<(String, i32)> = last.keys().cloned().collect();
+        let unavailable = |e| ReplicaError::from_sqlx(e, None);
+        let mut tx = self.pool.begin().await.map_err(unavailable)?;
+        let stored = offsets::lock(&mut tx, &self.offsets, group, &parts).await?;
+        let works = plan::plan(&self.rules, batches, &stored)?;
+
+        let mut changed: Vec<(TableName, Arc<TableMeta>)> = Vec::new();
+        for (seq, work) in works.into_iter().enumerate() {
+            let cached = self.cached(&work.name);
+            let existing = match cached {
+                Some(m) => Some(m),
+                None => ddl::load(&mut tx, &work).await?.map(Arc::new),
+            };
+            let only_deletes = work.cols.is_empty() && work.inserts.is_empty();
+            if existing.is_none() && only_deletes {
+                continue; // nothing to delete in a table that does not exist
+            }
+            let (ddl, meta) =
+                ddl::plan_ddl(&work, existing.as_deref(), self.auto_create, self.evolution)
+                    .map_err(|reason| ReplicaError::BadData {
+                        at: work.at.clone(),
+                        reason,
+                    })?;
+            let meta = if ddl.is_empty() {
+                existing.unwrap_or_else(|| Arc::new(meta))
+            } else {
+                ddl::run(&mut tx, &work, ddl).await?;
+                Arc::new(meta)
+            };
+            changed.push((work.name.clone(), meta.clone()));
+            let name = work.name.clone();
+            let at = work.at.clone();
+            let counts = apply::apply_table(&mut tx, batches, work, &meta, seq).await?;
+            tracing::debug!(
+                table = %name,
+                topic = at.topic,
+                partition = at.partition,
+                upserted = counts.upserted,
+                deleted = counts.deleted,
+                inserted = counts.inserted,
+                truncated = counts.truncated,
+                "replica table applied"
+            );
+        }
+
+        let next: Vec<(String, i32, i64)> = last
+            .iter()
+            .map(|((t, p), l)| {
+                let stored = stored.get(&(t.clone(), *p)).copied().unwrap_or(i64::MIN);
+                (t.clone(), *p, stored.max(l + 1))
+            })
+            .collect();
+        offsets::store(&mut tx, &self.offsets, group, &next).await?;
+        tx.commit().await.map_err(unavailable)?;
+        if let Ok(mut tables) = self.tables.lock() {
+            tables.extend(changed);
+        }
+        Ok(next
+            .into_iter()
+            .map(|(topic, partition, next_offset)| Applied {
+                topic,
+                partition,
+                next_offset,
+            })
+            .collect())
+    }
+
+    fn cached(&self, name: &TableName) -> Option<Arc<TableMeta>> {
+        self.tables.lock().ok()?.get(name).cloned()
+    }
+}

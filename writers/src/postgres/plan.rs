@@ -1,0 +1,447 @@
+//! From change batches to per-table work: which table each row goes to, its key, its
+//! operation, and the net effect per key. Pure: no database access.
+
+use std::collections::HashMap;
+
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, BooleanArray, StringArray, StructArray};
+use arrow_schema::Field;
+use lakesink_config::{KeylessMode, PkMode};
+use lakesink_schema_registry::{ChangeBatch, ValueShape};
+
+use super::collapse::{Collapser, RowRef};
+use super::encode::Enc;
+use super::error::{At, ReplicaError};
+use super::naming::{NameSource, NameTemplate, TableName, check_ident};
+use super::types::{ColumnType, column_type};
+
+/// The parts of the config planning needs.
+pub(crate) struct Rules {
+    pub template: NameTemplate,
+    pub pk_mode: PkMode,
+    pub pk_fields: Vec<String>,
+    pub delete_enabled: bool,
+    pub truncate_enabled: bool,
+    pub keyless: KeylessMode,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct ColumnDef {
+    pub name: String,
+    pub ty: ColumnType,
+}
+
+/// A batch's encoders for one table: the key columns as found in the key record, the after
+/// and the before image, and the value columns (indexed like `TableWork::cols`, `None` where
+/// the batch lacks one).
+pub(crate) struct BatchEncs<'a> {
+    pub key_in_key: Option<Vec<Enc<'a>>>,
+    pub key_in_after: Option<Vec<Enc<'a>>>,
+    pub key_in_before: Option<Vec<Enc<'a>>>,
+    pub vals: Vec<Option<Enc<'a>>>,
+}
+
+/// Everything one `apply` does to one table.
+pub(crate) struct TableWork<'a> {
+    pub name: TableName,
+    pub at: At,
+    /// Key columns; empty for a keyless table.
+    pub pk: Vec<ColumnDef>,
+    /// Non-key value columns, in the order first seen.
+    pub cols: Vec<ColumnDef>,
+    pub collapser: Collapser,
+    /// Keyless tables: rows to insert, in order.
+    pub inserts: Vec<RowRef>,
+    pub encs: HashMap<u32, BatchEncs<'a>>,
+}
+
+impl TableWork<'_> {
+    pub(crate) fn keyless(&self) -> bool {
+        self.pk.is_empty()
+    }
+}
+
+/// The columns of one batch, looked up once.
+struct View<'a> {
+    b: &'a ChangeBatch,
+    offsets: &'a [i64],
+    ops: &'a StringArray,
+    tombstones: &'a BooleanArray,
+    key: Option<&'a StructArray>,
+    after: Option<&'a StructArray>,
+    before: Option<&'a StructArray>,
+    source: Option<&'a StructArray>,
+}
+
+impl<'a> View<'a> {
+    fn new(b: &'a ChangeBatch) -> Result<Self, String> {
+        let rows = &b.rows;
+        let col = |n: &str| rows.column_by_name(n);
+        let offsets = col("__offset")
+            .and_then(|c| c.as_primitive_opt::<arrow_array::types::Int64Type>())
+            .ok_or("batch without an Int64 __offset column")?
+            .values();
+        let ops = col("__op")
+            .and_then(|c| c.as_string_opt::<i32>())
+            .ok_or("batch without a __op column")?;
+        let tombstones = col("__tombstone")
+            .and_then(|c| c.as_boolean_opt())
+            .ok_or("batch without a __tombstone column")?;
+        let strukt = |n: &str| col(n).and_then(|c| c.as_struct_opt());
+        let key = strukt("key").filter(|k| !k.fields().is_empty());
+        let after = strukt("after");
+        let (before, source) = match b.shape {
+            ValueShape::Envelope => (strukt("before"), strukt("source")),
+            // A flattened delete (rewrite mode) carries the old row in `after`.
+            _ => (after, None),
+        };
+        Ok(Self {
+            b,
+            offsets,
+            ops,
+            tombstones,
+            key,
+            after,
+            before,
+            source,
+        })
+    }
+
+    fn at(&self, offset: i64, table: Option<&TableName>) -> At {
+        At {
+            topic: self.b.topic.to_string(),
+            partition: self.b.partition,
+            offsets: (offset, offset),
+            table: table.map(ToString::to_string),
+        }
+    }
+
+    /// A `source` field for the table name: the envelope's block, or the flattened record's
+    /// `__source_<f>` / `__<f>` fields (ExtractNewRecordState `add.fields`).
+    fn source_field(&self, name: &str, row: usize) -> Option<&'a str> {
+        let pick = |s: &'a StructArray, n: &str| {
+            let c = s.column_by_name(n)?.as_string_opt::<i32>()?;
+            c.is_valid(row).then(|| c.value(row))
+        };
+        match (self.source, self.after) {
+            (Some(s), _) if s.is_valid(row) => pick(s, name),
+            (None, Some(a)) if self.b.shape == ValueShape::Flattened && a.is_valid(row) => {
+                pick(a, &format!("__source_{name}")).or_else(|| pick(a, &format!("__{name}")))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Value fields that are table columns: a flattened record's `__` fields are metadata.
+fn value_fields(shape: ValueShape, after: &StructArray) -> impl Iterator<Item = (usize, &Field)> {
+    after
+        .fields()
+        .iter()
+        .enumerate()
+        .filter(move |(_, f)| !(shape == ValueShape::Flattened && f.name().starts_with("__")))
+        .map(|(i, f)| (i, f.as_ref()))
+}
+
+/// Per table, the work for `batches`; rows below `stored` next offsets are skipped.
+pub(crate) fn plan<'a>(
+    rules: &Rules,
+    batches: &'a [ChangeBatch],
+    stored: &HashMap<(String, i32), i64>,
+) -> Result<Vec<TableWork<'a>>, ReplicaError> {
+    let mut tables: Vec<TableWork<'a>> = Vec::new();
+    let mut index: HashMap<TableName, usize> = HashMap::new();
+    // A tombstone has no source block: it goes where its partition's last row went.
+    let mut last_table: HashMap<(&str, i32), usize> = HashMap::new();
+    for (bi, b) in batches.iter().enumerate() {
+        let bi = bi as u32;
+        let v = View::new(b).map_err(|reason| ReplicaError::BadData {
+            at: At {
+                topic: b.topic.to_string(),
+                partition: b.partition,
+                offsets: (b.first_offset, b.last_offset),
+                table: None,
+            },
+            reason,
+        })?;
+        let from = stored
+            .get(&(b.topic.to_string(), b.partition))
+            .copied()
+            .unwrap_or(i64::MIN);
+        let mut fixed_name: Option<usize> = None;
+        for row in 0..b.rows.num_rows() {
+            let offset = v.offsets[row];
+            if offset < from {
+                continue;
+            }
+            let bad = |reason: String, t: Option<&TableName>| ReplicaError::BadData {
+                at: v.at(offset, t),
+                reason,
+            };
+            let op = if v.ops.is_valid(row) {
+                v.ops.value(row)
+            } else {
+                ""
+            };
+            let tombstone = v.tombstones.value(row);
+            let delete = op == "d" || tombstone;
+            if (delete && !rules.delete_enabled) || (op == "t" && !rules.truncate_enabled) {
+                continue;
+            }
+            if !matches!(op, "c" | "r" | "u" | "d" | "t") {
+                continue; // `m`: a logical decoding message, not a row
+            }
+            // Which table.
+            let ti = if tombstone {
+                match last_table.get(&(&*b.topic, b.partition)) {
+                    Some(&t) => t,
+                    None if !rules.template.uses_source() => {
+                        table_index(rules, &v, row, &mut tables, &mut index, offset, false)?
+                    }
+                    None => continue, // its delete came in an earlier call and did the work
+                }
+            } else if let Some(t) = fixed_name {
+                t
+            } else {
+                let t = table_index(rules, &v, row, &mut tables, &mut index, offset, op == "t")?;
+                if !rules.template.uses_source() {
+                    fixed_name = Some(t);
+                }
+                t
+            };
+            last_table.insert((&*b.topic, b.partition), ti);
+            let work = &mut tables[ti];
+            work.at.offsets.0 = work.at.offsets.0.min(offset);
+            work.at.offsets.1 = work.at.offsets.1.max(offset);
+            if op == "t" {
+                work.collapser.truncate();
+                work.inserts.clear();
+                continue;
+            }
+            if !work.encs.contains_key(&bi) {
+                let encs = batch_encs(rules, &v, work).map_err(|r| bad(r, Some(&work.name)))?;
+                work.encs.insert(bi, encs);
+            }
+            let at = RowRef {
+                batch: bi,
+                row: row as u32,
+            };
+            let work = &mut tables[ti];
+            let name = &work.name;
+            let encs = &work.encs[&bi];
+            if work.pk.is_empty() {
+                match (delete, op) {
+                    (false, "c" | "r") => work.inserts.push(at),
+                    _ if rules.keyless == KeylessMode::Error => {
+                        return Err(bad(
+                            "a record without a key; keyless = \"error\"".into(),
+                            Some(name),
+                        ));
+                    }
+                    _ => tracing::warn!(
+                        topic = &*b.topic,
+                        partition = b.partition,
+                        offset,
+                        table = %name,
+                        op,
+                        "update or delete of a keyless table's row skipped: it has no key to match"
+                    ),
+                }
+                continue;
+            }
+            let valid = |s: Option<&StructArray>| s.is_some_and(|s| s.is_valid(row));
+            let keys = match rules.pk_mode {
+                PkMode::RecordKey if valid(v.key) => encs.key_in_key.as_ref(),
+                PkMode::RecordKey => None,
+                PkMode::RecordValue if !delete && valid(v.after) => encs.key_in_after.as_ref(),
+                PkMode::RecordValue if delete && valid(v.before) => encs.key_in_before.as_ref(),
+                PkMode::RecordValue if delete && valid(v.key) => encs.key_in_key.as_ref(),
+                PkMode::RecordValue => None,
+            };
+            let Some(keys) = keys else {
+                if tombstone {
+                    continue; // a tombstone without usable key fields: its delete did the work
+                }
+                return Err(bad(format!("`{op}` record without its key"), Some(name)));
+            };
+            let mut key = Vec::new();
+            for (k, enc) in keys.iter().enumerate() {
+                if enc.is_null(row) {
+                    return Err(bad(
+                        format!("key column `{}` is null", work.pk[k].name),
+                        Some(name),
+                    ));
+                }
+                enc.write(row, &mut key).map_err(|r| bad(r, Some(name)))?;
+            }
+            if delete {
+                work.collapser.delete(key, at);
+                continue;
+            }
+            if v.after.is_none_or(|a| !a.is_valid(row)) {
+                return Err(bad(
+                    format!("`{op}` record without an after image"),
+                    Some(name),
+                ));
+            }
+            let untouched: Vec<usize> = encs
+                .vals
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| e.as_ref().is_none_or(|e| e.is_placeholder(row)))
+                .map(|(c, _)| c)
+                .collect();
+            let ncols = work.cols.len();
+            work.collapser.upsert(key, at, ncols, &untouched);
+        }
+    }
+    Ok(tables)
+}
+
+/// The table of a row, registering new tables with their key columns.
+fn table_index<'a>(
+    rules: &Rules,
+    v: &View<'a>,
+    row: usize,
+    tables: &mut Vec<TableWork<'a>>,
+    index: &mut HashMap<TableName, usize>,
+    offset: i64,
+    truncate: bool,
+) -> Result<usize, ReplicaError> {
+    let src = NameSource {
+        topic: &v.b.topic,
+        db: v.source_field("db", row),
+        schema: v.source_field("schema", row),
+        table: v.source_field("table", row),
+    };
+    let bad = |reason: String, t: Option<&TableName>| ReplicaError::BadData {
+        at: v.at(offset, t),
+        reason,
+    };
+    let name = rules.template.render(src).map_err(|r| bad(r, None))?;
+    let known = index.get(&name).copied();
+    // A truncate has no key even for keyed tables: a table first seen by one learns its key
+    // from the next batch.
+    if let Some(i) = known
+        && (truncate || !tables[i].pk.is_empty() || !tables[i].encs.is_empty())
+    {
+        return Ok(i);
+    }
+    let pk = key_columns(rules, v).map_err(|r| bad(r, Some(&name)))?;
+    if pk.is_empty() && rules.keyless == KeylessMode::Error && !truncate {
+        return Err(bad(
+            "records without a key; keyless = \"error\"".into(),
+            Some(&name),
+        ));
+    }
+    if let Some(i) = known {
+        tables[i].pk = pk;
+        return Ok(i);
+    }
+    index.insert(name.clone(), tables.len());
+    tables.push(TableWork {
+        at: v.at(offset, Some(&name)),
+        name,
+        pk,
+        cols: Vec::new(),
+        collapser: Collapser::default(),
+        inserts: Vec::new(),
+        encs: HashMap::new(),
+    });
+    Ok(tables.len() - 1)
+}
+
+/// The key columns and their types, from the key record or the named value fields.
+fn key_columns(rules: &Rules, v: &View<'_>) -> Result<Vec<ColumnDef>, String> {
+    let (fields, what) = match rules.pk_mode {
+        PkMode::RecordKey => match v.key {
+            Some(k) => (k.fields().clone(), "record key"),
+            None => return Ok(Vec::new()),
+        },
+        PkMode::RecordValue => match v.after.or(v.before) {
+            Some(a) => (a.fields().clone(), "record value"),
+            None => return Err("pk-mode = record-value needs a value schema".into()),
+        },
+    };
+    let names: Vec<String> = if rules.pk_fields.is_empty() {
+        fields.iter().map(|f| f.name().clone()).collect()
+    } else {
+        rules.pk_fields.clone()
+    };
+    names
+        .into_iter()
+        .map(|n| {
+            let f = fields
+                .find(&n)
+                .ok_or_else(|| format!("pk field `{n}` is not in the {what}"))?
+                .1;
+            check_ident(&n, "column")?;
+            Ok(ColumnDef {
+                ty: column_type(f)?,
+                name: n,
+            })
+        })
+        .collect()
+}
+
+/// Registers the batch's new value columns with the table and builds its encoders.
+fn batch_encs<'a>(
+    rules: &Rules,
+    v: &View<'a>,
+    work: &mut TableWork<'a>,
+) -> Result<BatchEncs<'a>, String> {
+    let mut by_name: HashMap<&str, &'a arrow_array::ArrayRef> = HashMap::new();
+    if let Some(after) = v.after {
+        for (i, f) in value_fields(v.b.shape, after) {
+            if work.pk.iter().any(|k| &k.name == f.name()) {
+                continue;
+            }
+            by_name.insert(f.name(), after.column(i));
+            if !work.cols.iter().any(|c| &c.name == f.name()) {
+                check_ident(f.name(), "column")?;
+                work.cols.push(ColumnDef {
+                    name: f.name().clone(),
+                    ty: column_type(f)?,
+                });
+            }
+        }
+    }
+    let vals = work
+        .cols
+        .iter()
+        .map(|c| {
+            by_name
+                .get(c.name.as_str())
+                .map(|a| Enc::new(a, &c.ty))
+                .transpose()
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let encs_from = |s: &'a StructArray| -> Result<Vec<Enc<'a>>, String> {
+        work.pk
+            .iter()
+            .map(|k| {
+                let a = s
+                    .column_by_name(&k.name)
+                    .ok_or_else(|| format!("key column `{}` is not in the record", k.name))?;
+                Enc::new(a, &k.ty)
+            })
+            .collect()
+    };
+    let keyed = !work.pk.is_empty();
+    let key_in_key = match (keyed, rules.pk_mode, v.key) {
+        (true, PkMode::RecordKey, Some(k)) => Some(encs_from(k)?),
+        // Record-value keys may also be in the key record, which tombstones carry.
+        (true, PkMode::RecordValue, Some(k)) => encs_from(k).ok(),
+        _ => None,
+    };
+    let image = |s: Option<&'a StructArray>| match (keyed, rules.pk_mode, s) {
+        (true, PkMode::RecordValue, Some(s)) => encs_from(s).map(Some),
+        _ => Ok(None),
+    };
+    Ok(BatchEncs {
+        key_in_key,
+        key_in_after: image(v.after)?,
+        key_in_before: image(v.before)?,
+        vals,
+    })
+}

@@ -1,0 +1,14 @@
+-- The columns of a table with their types, and each key column's position in its primary key.
+SELECT a.attname::text AS name,
+       format_type(a.atttypid, a.atttypmod) AS type,
+       array_position(i.indkey::int2[], a.attnum) AS pk_position
+FROM pg_attribute a
+JOIN pg_class c ON c.oid = a.attrelid
+JOIN pg_namespace n ON n.oid = c.relnamespace
+LEFT JOIN pg_index i ON i.indrelid = c.oid AND i.indisprimary
+WHERE n.nspname = $1
+  AND c.relname = $2
+  AND c.relkind IN ('r', 'p')
+  AND a.attnum > 0
+  AND NOT a.attisdropped
+ORDER BY a.attnum
