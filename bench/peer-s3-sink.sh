@@ -123,10 +123,12 @@ worker_up() {
   mkdir -p "$RUN"
   if worker_pid >/dev/null; then say "peer worker already running (pid $(cat "$RUN/worker.pid"))"; return 0; fi
   port_open $WORKER_PORT && die "port $WORKER_PORT is taken by another process"
+  # offset.flush.interval.ms bounds the sink consumer's poll when idle, and so how late an idle
+  # Iceberg task answers the coordinator's START_COMMIT (it reads the control topic in put()).
   cat >"$RUN/worker.properties" <<E
 bootstrap.servers=$BROKERS
 offset.storage.file.filename=$RUN/standalone.offsets
-offset.flush.interval.ms=10000
+offset.flush.interval.ms=1000
 listeners=http://127.0.0.1:$WORKER_PORT
 rest.advertised.host.name=127.0.0.1
 plugin.path=$PLUGINS

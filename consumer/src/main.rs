@@ -2,6 +2,7 @@
 
 mod kafka;
 mod pipeline;
+mod replica;
 mod tail;
 
 use std::path::PathBuf;
@@ -27,7 +28,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Consume the configured topics into the configured sinks (the raw layer).
+    /// Consume the configured topics into the configured sinks (raw layer, replica).
     Run {
         /// The TOML config file.
         #[arg(short, long)]
@@ -58,12 +59,22 @@ async fn main() -> anyhow::Result<()> {
             let config =
                 Config::load(&config).with_context(|| format!("loading {}", config.display()))?;
             lakesink_writers::failpoint::arm(lakesink_config::failpoints_from_env());
-            let raw = match (&config.raw, tail) {
-                (_, true) => None,
-                (Some(raw), false) => Some(ParquetWriter::new(raw)?),
-                (None, false) => anyhow::bail!(
-                    "no sink is configured: add a [raw] section (or use `lakesink tail` to print rows)"
-                ),
+            let sinks = if tail {
+                None
+            } else {
+                let raw = config.raw.as_ref().map(ParquetWriter::new).transpose()?;
+                let replica = match &config.replica {
+                    Some(r) => {
+                        Some(replica::ReplicaSink::connect(r, &config.kafka.group_id).await?)
+                    }
+                    None => None,
+                };
+                if raw.is_none() && replica.is_none() {
+                    anyhow::bail!(
+                        "no sink is configured: add a [raw] or [replica] section (or use `lakesink tail` to print rows)"
+                    );
+                }
+                Some(pipeline::Sinks { raw, replica })
             };
             let format = match config.kafka.format {
                 RecordFormat::ConnectJson => Format::ConnectJson,
@@ -92,18 +103,18 @@ async fn main() -> anyhow::Result<()> {
                     },
                 },
             };
-            match (format, raw) {
-                (format @ Format::Avro { .. }, raw) => {
+            match (format, sinks) {
+                (format @ Format::Avro { .. }, sinks) => {
                     let registry =
                         CachedResolver::new(HttpRegistry::new(registry_config(&config.registry)?)?);
-                    match raw {
-                        Some(raw) => pipeline::run(&config.kafka, registry, format, raw).await,
+                    match sinks {
+                        Some(sinks) => pipeline::run(&config.kafka, registry, format, sinks).await,
                         None => tail::run(&config.kafka, registry, format).await,
                     }
                 }
                 // JSON records carry or infer their schemas: no registry is asked.
-                (format, Some(raw)) => {
-                    pipeline::run(&config.kafka, FixedResolver::new(), format, raw).await
+                (format, Some(sinks)) => {
+                    pipeline::run(&config.kafka, FixedResolver::new(), format, sinks).await
                 }
                 (format, None) => tail::run(&config.kafka, FixedResolver::new(), format).await,
             }

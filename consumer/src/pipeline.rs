@@ -1,15 +1,16 @@
-//! The main job: one consumer group, each record decoded once, batches written to the raw
-//! layer. Offsets are stored per partition at the watermark: the first offset not yet durable
-//! in the sink (held by the decoder, or in a file not yet uploaded). Kafka's auto-commit
-//! commits what was stored; shutdown closes open files, waits for uploads and commits.
+//! The main job: one consumer group, each record decoded once, batches fanned out to the raw
+//! layer and the replica. Offsets are stored per partition at the watermark: the first offset
+//! not yet durable (held by the decoder, in a file not yet uploaded, or in a transaction not
+//! yet committed). Kafka's auto-commit commits what was stored; shutdown closes open files,
+//! waits for uploads and the last transaction, and commits.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use anyhow::Context;
 use lakesink_config::KafkaConfig;
 use lakesink_schema_registry::{ChangeBatch, ChangeDecoder, Format, SchemaResolver};
-use lakesink_writers::parquet::{ParquetWriter, Receipt};
+use lakesink_writers::parquet::{ParquetWriter, RawError, Receipt};
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::BorrowedMessage;
@@ -18,6 +19,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tracing::{info, warn};
 
 use crate::kafka::{self, GroupConsumer};
+use crate::replica::ReplicaSink;
 
 /// Hand decoded rows to the sink after this many records, or this long without a record.
 const FLUSH_RECORDS: usize = 16 * 1024;
@@ -28,6 +30,12 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 type Part = (String, i32);
 
+/// The sinks a run feeds; at least one is set.
+pub(crate) struct Sinks {
+    pub(crate) raw: Option<ParquetWriter>,
+    pub(crate) replica: Option<ReplicaSink>,
+}
+
 /// Per-partition progress of this process.
 #[derive(Default)]
 struct Progress {
@@ -37,6 +45,11 @@ struct Progress {
     held: HashMap<Part, i64>,
     /// What was last stored for Kafka to commit.
     stored: HashMap<Part, i64>,
+    /// Partitions whose first record was seen (and the replica's offset looked up).
+    started: HashSet<Part>,
+    /// Records below this are in the raw layer already: the partition was rewound for the
+    /// replica, which was behind.
+    raw_floor: HashMap<Part, i64>,
 }
 
 impl Progress {
@@ -44,19 +57,26 @@ impl Progress {
         self.consumed.remove(part);
         self.held.remove(part);
         self.stored.remove(part);
+        self.started.remove(part);
+        self.raw_floor.remove(part);
     }
 
-    /// Stores each partition's watermark where it moved.
-    fn store(&mut self, consumer: &GroupConsumer, raw: &ParquetWriter) {
+    /// Stores each partition's watermark where it moved. With the raw layer on, Kafka's
+    /// offset is the raw layer's (its resume point); the replica resumes from its own table.
+    fn store(&mut self, consumer: &GroupConsumer, sinks: &Sinks) {
         let mut list = TopicPartitionList::new();
         for (part, &next) in &self.consumed {
-            let mut mark = next;
-            if let Some(&h) = self.held.get(part) {
-                mark = mark.min(h);
-            }
-            if let Some(p) = raw.pending_start(&part.0, part.1) {
-                mark = mark.min(p);
-            }
+            let base = self.held.get(part).map_or(next, |&h| next.min(h));
+            let mark = match (&sinks.raw, &sinks.replica) {
+                (Some(raw), _) => {
+                    let m = raw
+                        .pending_start(&part.0, part.1)
+                        .map_or(base, |p| base.min(p));
+                    self.raw_floor.get(part).map_or(m, |&f| m.max(f))
+                }
+                (None, Some(rep)) => rep.pending_start(part).map_or(base, |p| base.min(p)),
+                (None, None) => base,
+            };
             if self.stored.get(part) != Some(&mark)
                 && list
                     .add_partition_offset(&part.0, part.1, Offset::Offset(mark))
@@ -83,7 +103,7 @@ pub(crate) async fn run<R: SchemaResolver>(
     config: &KafkaConfig,
     resolver: R,
     format: Format,
-    mut raw: ParquetWriter,
+    mut sinks: Sinks,
 ) -> anyhow::Result<()> {
     let (consumer, revoked) = kafka::subscribe(config)?;
     let mut decoder = ChangeDecoder::new(resolver, format, BATCH_ROWS);
@@ -93,63 +113,173 @@ pub(crate) async fn run<R: SchemaResolver>(
     loop {
         for part in revoked.take() {
             decoder.finish_partition(&part.0, part.1)?;
-            raw.revoke(&part.0, part.1);
+            if let Some(raw) = &mut sinks.raw {
+                raw.revoke(&part.0, part.1);
+            }
+            if let Some(rep) = &mut sinks.replica {
+                rep.revoke(&part);
+            }
             progress.forget(&part);
         }
-        if raw.over_budget() && raw.uploading() {
-            // Backpressure: nothing more is read until uploads free memory.
-            if let Some(r) = raw.next_receipt().await {
-                uploaded(r?, &progress);
-                progress.store(&consumer, &raw);
+        let raw_uploading = sinks.raw.as_ref().is_some_and(ParquetWriter::uploading);
+        let applying = sinks.replica.as_ref().is_some_and(ReplicaSink::applying);
+        let raw_full = sinks.raw.as_ref().is_some_and(ParquetWriter::over_budget) && raw_uploading;
+        let replica_full = sinks.replica.as_ref().is_some_and(ReplicaSink::full) && applying;
+        if raw_full || replica_full {
+            // Backpressure: nothing more is read until a sink frees memory.
+            tokio::select! {
+                Some(r) = next_receipt(&mut sinks.raw), if raw_uploading => {
+                    uploaded(r?, &progress);
+                }
+                done = finish_apply(&mut sinks.replica), if applying => {
+                    done?;
+                    if let Some(rep) = &mut sinks.replica {
+                        rep.start();
+                    }
+                }
             }
+            progress.store(&consumer, &sinks);
             continue;
         }
         tokio::select! {
             biased;
             _ = tokio::signal::ctrl_c() => break,
             _ = term.recv() => break,
-            Some(r) = raw.next_receipt(), if raw.uploading() => {
+            Some(r) = next_receipt(&mut sinks.raw), if raw_uploading => {
                 uploaded(r?, &progress);
-                progress.store(&consumer, &raw);
+                progress.store(&consumer, &sinks);
+            }
+            done = finish_apply(&mut sinks.replica), if applying => {
+                done?;
+                if let Some(rep) = &mut sinks.replica {
+                    rep.start();
+                }
+                progress.store(&consumer, &sinks);
             }
             next = tokio::time::timeout(FLUSH_IDLE, consumer.recv()) => match next {
                 Err(_idle) => {
-                    flush(&mut decoder, &mut raw, &mut progress).await?;
-                    raw.poll(now_ms()).await?;
-                    progress.store(&consumer, &raw);
+                    flush(&mut decoder, &mut sinks, &mut progress).await?;
+                    if let Some(raw) = &mut sinks.raw {
+                        raw.poll(now_ms()).await?;
+                    }
+                    progress.store(&consumer, &sinks);
                     since_flush = 0;
                 }
                 Ok(Err(e)) if kafka::is_transient(&e) => warn!(error = %e, "consumer: waiting"),
                 Ok(Err(e)) => return Err(e).context("consuming"),
                 Ok(Ok(msg)) => {
                     let part = (msg.topic().to_owned(), msg.partition());
+                    if !progress.started.contains(&part) {
+                        progress.started.insert(part.clone());
+                        if rewind(&consumer, &mut sinks, &mut progress, &part, msg.offset()).await? {
+                            continue;
+                        }
+                    }
                     for batch in decode(&mut decoder, &msg).await? {
-                        raw.write(&batch, now_ms()).await?;
+                        write(&mut sinks, &progress, &batch).await?;
                     }
                     progress.held.entry(part.clone()).or_insert(msg.offset());
                     progress.consumed.insert(part, msg.offset() + 1);
                     since_flush += 1;
-                    if since_flush >= FLUSH_RECORDS {
-                        flush(&mut decoder, &mut raw, &mut progress).await?;
-                        raw.poll(now_ms()).await?;
-                        progress.store(&consumer, &raw);
+                    if since_flush >= FLUSH_RECORDS
+                        || sinks.replica.as_ref().is_some_and(ReplicaSink::full)
+                    {
+                        flush(&mut decoder, &mut sinks, &mut progress).await?;
+                        if let Some(raw) = &mut sinks.raw {
+                            raw.poll(now_ms()).await?;
+                        }
+                        progress.store(&consumer, &sinks);
                         since_flush = 0;
                     }
                 }
             }
         }
     }
-    info!("stopping: closing open files");
-    flush(&mut decoder, &mut raw, &mut progress).await?;
-    raw.close_all(now_ms()).await?;
-    while let Some(r) = raw.next_receipt().await {
-        uploaded(r?, &progress);
+    info!("stopping: flushing the sinks");
+    flush(&mut decoder, &mut sinks, &mut progress).await?;
+    if let Some(raw) = &mut sinks.raw {
+        raw.close_all(now_ms()).await?;
+        while let Some(r) = raw.next_receipt().await {
+            uploaded(r?, &progress);
+        }
     }
-    progress.store(&consumer, &raw);
+    if let Some(rep) = &mut sinks.replica {
+        rep.finish().await?;
+        rep.start();
+        rep.finish().await?;
+    }
+    progress.store(&consumer, &sinks);
     match consumer.commit_consumer_state(CommitMode::Sync) {
         Ok(()) => info!("offsets committed, stopped"),
         Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => info!("stopped"),
         Err(e) => return Err(e).context("committing offsets on shutdown"),
+    }
+    Ok(())
+}
+
+/// On a partition's first record: when the replica is behind it, seek back to the replica's
+/// offset (the raw layer skips what it already holds). True when the record was dropped.
+async fn rewind(
+    consumer: &GroupConsumer,
+    sinks: &mut Sinks,
+    progress: &mut Progress,
+    part: &Part,
+    first: i64,
+) -> anyhow::Result<bool> {
+    let Some(rep) = &mut sinks.replica else {
+        return Ok(false);
+    };
+    match rep.next_offset(&part.0, part.1).await? {
+        Some(next) if next < first => {
+            info!(topic = %part.0, partition = part.1, from = next, to = first,
+                "the replica is behind: reading again from its offset");
+            if sinks.raw.is_some() {
+                progress.raw_floor.insert(part.clone(), first);
+            }
+            consumer
+                .seek(
+                    &part.0,
+                    part.1,
+                    Offset::Offset(next),
+                    Duration::from_secs(10),
+                )
+                .with_context(|| format!("seeking {}[{}] to {next}", part.0, part.1))?;
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
+}
+
+async fn write(sinks: &mut Sinks, progress: &Progress, batch: &ChangeBatch) -> anyhow::Result<()> {
+    if let Some(raw) = &mut sinks.raw {
+        let floor = progress
+            .raw_floor
+            .get(&(batch.topic.to_string(), batch.partition));
+        match floor {
+            Some(&f) if batch.first_offset < f => {
+                if let Some(rest) = crate::replica::skip_below(batch, f) {
+                    raw.write(&rest, now_ms()).await?;
+                }
+            }
+            _ => raw.write(batch, now_ms()).await?,
+        }
+    }
+    if let Some(rep) = &mut sinks.replica {
+        rep.push(batch);
+    }
+    Ok(())
+}
+
+async fn next_receipt(raw: &mut Option<ParquetWriter>) -> Option<Result<Receipt, RawError>> {
+    match raw {
+        Some(raw) => raw.next_receipt().await,
+        None => None,
+    }
+}
+
+async fn finish_apply(replica: &mut Option<ReplicaSink>) -> anyhow::Result<()> {
+    if let Some(rep) = replica {
+        rep.finish().await?;
     }
     Ok(())
 }
@@ -181,16 +311,18 @@ async fn decode<R: SchemaResolver>(
     }
 }
 
-/// Hands every decoded row to the sink; the decoder holds nothing afterwards.
+/// Hands every decoded row to the sinks; the decoder holds nothing afterwards.
 async fn flush<R: SchemaResolver>(
     decoder: &mut ChangeDecoder<R>,
-    raw: &mut ParquetWriter,
+    sinks: &mut Sinks,
     progress: &mut Progress,
 ) -> anyhow::Result<()> {
-    let now = now_ms();
     for batch in decoder.finish_all()? {
-        raw.write(&batch, now).await?;
+        write(sinks, progress, &batch).await?;
     }
     progress.held.clear();
+    if let Some(rep) = &mut sinks.replica {
+        rep.start();
+    }
     Ok(())
 }

@@ -1,0 +1,184 @@
+//! The replica side of the pipeline: decoded batches collect while the previous set is being
+//! applied, so PostgreSQL and the consumer work at the same time. One apply runs at a time,
+//! which keeps each partition's records in offset order. A failed apply that can succeed
+//! later (database restarting) is retried with capped backoff; offsets do not move meanwhile.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lakesink_config::ReplicaConfig;
+use lakesink_schema_registry::ChangeBatch;
+use lakesink_writers::{Applied, PgReplicator, ReplicaError};
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+type Part = (String, i32);
+
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+pub(crate) struct ReplicaSink {
+    replicator: Arc<PgReplicator>,
+    group: String,
+    max_rows: usize,
+    max_bytes: usize,
+    pending: Vec<ChangeBatch>,
+    pending_rows: usize,
+    pending_bytes: usize,
+    /// First offset per partition of what is pending, and of what is being applied.
+    pending_start: HashMap<Part, i64>,
+    inflight_start: HashMap<Part, i64>,
+    inflight: Option<JoinHandle<Result<Vec<Applied>, ReplicaError>>>,
+    /// Per partition, records below this are in the replica already (from its offsets table).
+    floor: HashMap<Part, i64>,
+}
+
+impl ReplicaSink {
+    pub(crate) async fn connect(config: &ReplicaConfig, group: &str) -> anyhow::Result<Self> {
+        let replicator = PgReplicator::connect(config).await?;
+        Ok(Self {
+            replicator: Arc::new(replicator),
+            group: group.to_owned(),
+            max_rows: config.batch_max_rows,
+            max_bytes: config.batch_max_bytes,
+            pending: Vec::new(),
+            pending_rows: 0,
+            pending_bytes: 0,
+            pending_start: HashMap::new(),
+            inflight_start: HashMap::new(),
+            inflight: None,
+            floor: HashMap::new(),
+        })
+    }
+
+    /// The replica's next offset for a newly assigned partition, retried while the database
+    /// is unreachable.
+    pub(crate) async fn next_offset(
+        &mut self,
+        topic: &str,
+        partition: i32,
+    ) -> anyhow::Result<Option<i64>> {
+        let mut backoff = Duration::from_millis(200);
+        loop {
+            match self
+                .replicator
+                .next_offsets(&self.group, topic, &[partition])
+                .await
+            {
+                Ok(found) => {
+                    let next = found.get(&partition).copied();
+                    if let Some(n) = next {
+                        self.floor.insert((topic.to_owned(), partition), n);
+                    }
+                    return Ok(next);
+                }
+                Err(e) if e.is_retryable() => {
+                    warn!(error = %e, retry_in = ?backoff, "replica unavailable");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Queues a batch; rows below the replica's own offset are dropped here.
+    pub(crate) fn push(&mut self, batch: &ChangeBatch) {
+        let part = (batch.topic.to_string(), batch.partition);
+        let batch = match self.floor.get(&part) {
+            Some(&floor) if batch.last_offset < floor => return,
+            Some(&floor) if batch.first_offset < floor => match skip_below(batch, floor) {
+                Some(b) => b,
+                None => return,
+            },
+            _ => batch.clone(),
+        };
+        self.pending_start.entry(part).or_insert(batch.first_offset);
+        self.pending_rows += batch.rows.num_rows();
+        self.pending_bytes += batch.rows.get_array_memory_size();
+        self.pending.push(batch);
+    }
+
+    /// Pending work big enough that it should not wait for the next flush.
+    pub(crate) fn full(&self) -> bool {
+        self.pending_rows >= self.max_rows || self.pending_bytes >= self.max_bytes
+    }
+
+    pub(crate) fn applying(&self) -> bool {
+        self.inflight.is_some()
+    }
+
+    /// Starts applying what is pending, unless an apply is running.
+    pub(crate) fn start(&mut self) {
+        if self.inflight.is_some() || self.pending.is_empty() {
+            return;
+        }
+        let batches = std::mem::take(&mut self.pending);
+        self.pending_rows = 0;
+        self.pending_bytes = 0;
+        self.inflight_start = std::mem::take(&mut self.pending_start);
+        let replicator = self.replicator.clone();
+        let group = self.group.clone();
+        self.inflight = Some(tokio::spawn(async move {
+            let mut backoff = Duration::from_millis(200);
+            loop {
+                match replicator.apply(&group, &batches).await {
+                    Err(e) if e.is_retryable() => {
+                        warn!(error = %e, retry_in = ?backoff, "replica apply failed; retrying");
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(MAX_BACKOFF);
+                    }
+                    done => return done,
+                }
+            }
+        }));
+    }
+
+    /// Waits for the running apply; Ok(None) when none runs.
+    pub(crate) async fn finish(&mut self) -> anyhow::Result<Option<Vec<Applied>>> {
+        let Some(task) = self.inflight.as_mut() else {
+            return Ok(None);
+        };
+        let done = task.await;
+        self.inflight = None;
+        self.inflight_start.clear();
+        let applied = done??;
+        let rows: usize = applied.len();
+        info!(partitions = rows, "replica transaction committed");
+        Ok(Some(applied))
+    }
+
+    /// The first offset of a partition not yet in the replica, if anything is pending.
+    pub(crate) fn pending_start(&self, part: &Part) -> Option<i64> {
+        match (self.pending_start.get(part), self.inflight_start.get(part)) {
+            (Some(&a), Some(&b)) => Some(a.min(b)),
+            (a, b) => a.or(b).copied(),
+        }
+    }
+
+    /// Forgets a revoked partition's queued batches. A running apply may still commit them:
+    /// its offsets row is locked and only moves forward, so the new owner is not harmed.
+    pub(crate) fn revoke(&mut self, part: &Part) {
+        self.pending
+            .retain(|b| !(*b.topic == *part.0 && b.partition == part.1));
+        self.pending_start.remove(part);
+        self.floor.remove(part);
+    }
+}
+
+/// The rows of `batch` at or above `floor` (rows are in offset order).
+pub(crate) fn skip_below(batch: &ChangeBatch, floor: i64) -> Option<ChangeBatch> {
+    use arrow_array::cast::AsArray;
+    let offsets = batch
+        .rows
+        .column_by_name("__offset")?
+        .as_primitive_opt::<arrow_array::types::Int64Type>()?;
+    let from = offsets.values().partition_point(|&o| o < floor);
+    if from >= offsets.len() {
+        return None;
+    }
+    let mut out = batch.clone();
+    out.rows = batch.rows.slice(from, offsets.len() - from);
+    out.first_offset = offsets.value(from);
+    Some(out)
+}
