@@ -4,6 +4,7 @@
 //! so `cargo test` works after `dev/stack up` without sourcing anything.
 
 pub mod debezium;
+pub mod golden;
 pub mod workload;
 
 use std::time::Duration;
@@ -21,6 +22,8 @@ pub struct Stack {
     pub s3_secret_access_key: String,
     pub source_pg_url: String,
     pub replica_pg_url: String,
+    /// A Python with pyarrow and DuckDB (`dev/stack install` puts one in its cache).
+    pub python: String,
 }
 
 fn var(name: &str, default: &str) -> String {
@@ -46,8 +49,21 @@ impl Stack {
                 "LAKESINK_REPLICA_PG_URL",
                 "postgres://lakesink:lakesink@127.0.0.1:5434/replica",
             ),
+            python: std::env::var("LAKESINK_PYTHON").unwrap_or_else(|_| default_python()),
         }
     }
+}
+
+/// Where `dev/stack install` puts the readers' venv: `$LAKESINK_CACHE/readers`, the cache
+/// defaulting to `~/.cache/lakesink` as in the script.
+fn default_python() -> String {
+    let cache = std::env::var("LAKESINK_CACHE").unwrap_or_else(|_| {
+        format!(
+            "{}/.cache/lakesink",
+            std::env::var("HOME").unwrap_or_default()
+        )
+    });
+    format!("{cache}/readers/bin/python")
 }
 
 /// The message every integration test fails with when a component does not answer.
