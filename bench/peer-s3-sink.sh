@@ -288,6 +288,9 @@ teardown() {
   fi
 }
 
+# Sourced by bench/raw-layer.sh for its helpers (s3_list, cpu_ticks, the Lag poller).
+if [ "${BASH_SOURCE[0]}" != "$0" ]; then return 0; fi
+
 case "${1:-run}" in
   fetch) fetch ;;
   run) run ;;

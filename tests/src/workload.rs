@@ -219,6 +219,17 @@ impl Table {
     /// Produces `count` events of rows `0..count` to partitions round robin, then waits for
     /// every delivery. Every tenth event is an update and every fiftieth a delete.
     pub fn produce(&self, stack: &Stack, partitions: i32, count: i64, base_ts_ms: i64) {
+        self.produce_range(stack, partitions, 0..count, base_ts_ms);
+    }
+
+    /// As [`Table::produce`], for rows `ids` (event `i` is row `i`, at `base_ts_ms + i`).
+    pub fn produce_range(
+        &self,
+        stack: &Stack,
+        partitions: i32,
+        ids: std::ops::Range<i64>,
+        base_ts_ms: i64,
+    ) {
         let producer: BaseProducer = ClientConfig::new()
             .set("bootstrap.servers", &stack.kafka_brokers)
             .set("linger.ms", "20")
@@ -227,7 +238,7 @@ impl Table {
             .set("queue.buffering.max.messages", "1000000")
             .create()
             .expect("producer");
-        for i in 0..count {
+        for i in ids {
             let op = match i % 50 {
                 49 => 'd',
                 n if n % 10 == 9 => 'u',

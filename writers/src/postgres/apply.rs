@@ -169,6 +169,7 @@ pub(crate) async fn apply_table(
     }
     copy.send(buf.finish()).await.map_err(db(&work.at))?;
     copy.finish().await.map_err(db(&work.at))?;
+    crate::failpoint::hit("replica.after-copy");
 
     let cast = |name: &str| -> String {
         let ty = meta.types.get(name).map_or("text", String::as_str);

@@ -225,7 +225,9 @@ impl PgReplicator {
             })
             .collect();
         offsets::store(&mut tx, &self.offsets, group, &next).await?;
+        crate::failpoint::hit("replica.before-commit");
         tx.commit().await.map_err(unavailable)?;
+        crate::failpoint::hit("replica.after-commit");
         if let Ok(mut tables) = self.tables.lock() {
             tables.extend(changed);
         }

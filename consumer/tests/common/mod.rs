@@ -1,0 +1,266 @@
+//! Running the `lakesink` binary against the real stack: a config per test, runs killed at
+//! failpoints, a clean run to the end, and what the raw layer holds.
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int32Type, Int64Type};
+use futures::TryStreamExt;
+use lakesink_tests::{Stack, unique};
+use object_store::aws::AmazonS3Builder;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+
+pub const BASE_TS: i64 = 1_714_568_400_000; // 2024-05-01T13:00:00Z
+
+pub struct Run {
+    pub stack: Stack,
+    pub topic: String,
+    pub group: String,
+    pub prefix: String,
+    pub partitions: i32,
+    pub config: PathBuf,
+}
+
+impl Run {
+    /// A run writing the raw layer with `raw_extra` settings, plus any `sections` of TOML.
+    pub fn new(stack: Stack, topic: &str, partitions: i32, raw_extra: &str) -> Self {
+        Self::with(stack, topic, partitions, Some(raw_extra), "")
+    }
+
+    pub fn with(
+        stack: Stack,
+        topic: &str,
+        partitions: i32,
+        raw_extra: Option<&str>,
+        sections: &str,
+    ) -> Self {
+        let group = unique("group");
+        let prefix = unique("raw");
+        let dir = std::env::temp_dir().join(unique("lakesink-test"));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let config = dir.join("lakesink.toml");
+        let text = format!(
+            r#"
+[kafka]
+brokers = "{brokers}"
+group-id = "{group}"
+topics = ["{topic}"]
+# A killed member is noticed in seconds, not the default 45.
+properties = {{ "session.timeout.ms" = "6000", "heartbeat.interval.ms" = "1000" }}
+
+[registry]
+url = "{registry}"
+
+{sections}
+"#,
+            brokers = stack.kafka_brokers,
+            registry = stack.registry_url,
+        );
+        let mut text = text;
+        if let Some(extra) = raw_extra {
+            text.push_str(&format!(
+                r#"
+[raw]
+url = "s3://{bucket}/{prefix}"
+{extra}
+
+[raw.store]
+endpoint = "{endpoint}"
+region = "{region}"
+access-key-id = "{key}"
+secret-access-key = "{secret}"
+allow-http = true
+"#,
+                bucket = stack.s3_bucket,
+                endpoint = stack.s3_endpoint,
+                region = stack.s3_region,
+                key = stack.s3_access_key_id,
+                secret = stack.s3_secret_access_key,
+            ));
+        }
+        std::fs::write(&config, text).expect("config written");
+        Self {
+            stack,
+            topic: topic.to_owned(),
+            group,
+            prefix,
+            partitions,
+            config,
+        }
+    }
+
+    pub fn start(&self, failpoint: Option<&str>) -> Child {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lakesink"));
+        cmd.args(["run", "--config"]).arg(&self.config);
+        if let Some(fp) = failpoint {
+            cmd.env("LAKESINK_FAILPOINTS", fp);
+        }
+        cmd.env(
+            "RUST_LOG",
+            std::env::var("LAKESINK_TEST_LOG").unwrap_or_else(|_| "warn".into()),
+        );
+        cmd.spawn().expect("lakesink starts")
+    }
+
+    /// Runs until the failpoint kills the process.
+    pub fn crash_at(&self, failpoint: &str) {
+        let mut child = self.start(Some(failpoint));
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                assert_eq!(
+                    status.signal(),
+                    Some(9),
+                    "lakesink should die by SIGKILL at {failpoint}, got {status}"
+                );
+                return;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("failpoint {failpoint} was never reached");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Runs without failpoints until every record is committed, then stops it with SIGTERM.
+    pub fn run_to_end(&self, end: &BTreeMap<i32, i64>) {
+        let mut child = self.start(None);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while self.committed() != *end {
+            if let Some(status) = child.try_wait().expect("wait") {
+                panic!("lakesink exited early: {status}");
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!(
+                    "committed offsets {:?} never reached {end:?}",
+                    self.committed()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        let pid = child.id().to_string();
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill");
+        let status = child.wait().expect("wait");
+        assert!(
+            status.success(),
+            "lakesink stops cleanly on SIGTERM: {status}"
+        );
+    }
+
+    pub fn committed(&self) -> BTreeMap<i32, i64> {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.stack.kafka_brokers)
+            .set("group.id", &self.group)
+            .create()
+            .expect("consumer");
+        let mut list = TopicPartitionList::new();
+        for p in 0..self.partitions {
+            list.add_partition(&self.topic, p);
+        }
+        let got = consumer
+            .committed_offsets(list, Duration::from_secs(10))
+            .expect("committed offsets");
+        got.elements()
+            .iter()
+            .filter_map(|e| match e.offset() {
+                Offset::Offset(o) => Some((e.partition(), o)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn store(&self) -> Arc<dyn ObjectStore> {
+        Arc::new(
+            AmazonS3Builder::new()
+                .with_bucket_name(&self.stack.s3_bucket)
+                .with_endpoint(&self.stack.s3_endpoint)
+                .with_region(&self.stack.s3_region)
+                .with_access_key_id(&self.stack.s3_access_key_id)
+                .with_secret_access_key(&self.stack.s3_secret_access_key)
+                .with_allow_http(true)
+                .build()
+                .expect("s3 client"),
+        )
+    }
+
+    /// (partition, offset) of every row in every data file, and the number of files.
+    pub async fn rows(&self) -> (Vec<(i32, i64)>, usize) {
+        let store = self.store();
+        let prefix = Path::from(format!("{}/topics", self.prefix));
+        let metas: Vec<_> = store.list(Some(&prefix)).try_collect().await.expect("list");
+        let mut rows = Vec::new();
+        for m in &metas {
+            let bytes = store
+                .get(&m.location)
+                .await
+                .expect("get")
+                .bytes()
+                .await
+                .expect("bytes");
+            let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
+                .unwrap_or_else(|e| panic!("{} is not Parquet: {e}", m.location))
+                .build()
+                .expect("reader");
+            for batch in reader {
+                let batch = batch.expect("batch");
+                let p = batch
+                    .column_by_name("__partition")
+                    .expect("__partition")
+                    .as_primitive::<Int32Type>();
+                let o = batch
+                    .column_by_name("__offset")
+                    .expect("__offset")
+                    .as_primitive::<Int64Type>();
+                rows.extend(p.values().iter().copied().zip(o.values().iter().copied()));
+            }
+        }
+        rows.sort();
+        (rows, metas.len())
+    }
+}
+
+pub fn expected(partitions: i32, count: i64) -> (Vec<(i32, i64)>, BTreeMap<i32, i64>) {
+    let mut per: BTreeMap<i32, i64> = BTreeMap::new();
+    for i in 0..count {
+        *per.entry((i % i64::from(partitions)) as i32).or_default() += 1;
+    }
+    let rows = per
+        .iter()
+        .flat_map(|(&p, &n)| (0..n).map(move |o| (p, o)))
+        .collect();
+    (rows, per)
+}
+
+pub fn assert_exactly_once(got: &[(i32, i64)], want: &[(i32, i64)]) {
+    let mut dups = got.to_vec();
+    dups.dedup();
+    assert_eq!(
+        dups.len(),
+        got.len(),
+        "{} rows are duplicated",
+        got.len() - dups.len()
+    );
+    let missing: Vec<_> = want
+        .iter()
+        .filter(|r| got.binary_search(r).is_err())
+        .take(5)
+        .collect();
+    assert!(missing.is_empty(), "rows missing, e.g. {missing:?}");
+    assert_eq!(got, want);
+}

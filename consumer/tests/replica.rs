@@ -1,0 +1,113 @@
+//! The replica through the `lakesink` binary: killed at each failpoint of the apply (after the
+//! COPY, before the COMMIT, after the COMMIT before Kafka hears of it) and of the raw layer,
+//! restarted, and in the end the replica holds exactly the source's rows while the raw layer
+//! holds every record once.
+
+mod common;
+
+use common::{BASE_TS, Run, assert_exactly_once, expected};
+use lakesink_tests::workload::Table;
+use lakesink_tests::{Stack, unique};
+use std::sync::Arc;
+
+use sqlx::postgres::PgPoolOptions;
+
+async fn produce(stack: &Stack, table: &Arc<Table>, partitions: i32, ids: std::ops::Range<i64>) {
+    let (s, t) = (stack.clone(), table.clone());
+    tokio::task::spawn_blocking(move || t.produce_range(&s, partitions, ids, BASE_TS))
+        .await
+        .expect("produce");
+}
+
+/// The replica section: one table per topic (the default `${topic}` template).
+fn replica(stack: &Stack) -> String {
+    format!(
+        "[replica]\nurl = \"{}\"\nbatch-max-rows = 700\n",
+        stack.replica_pg_url
+    )
+}
+
+/// Row count, sum of `quantity` and one price, as the workload's events leave the table.
+fn expected_table(count: i64) -> (i64, i64, String) {
+    let alive: Vec<i64> = (0..count).filter(|i| i % 50 != 49).collect();
+    let quantity: i64 = alive.iter().map(|i| (i % 7 + 1) % 50 + 1).sum();
+    // Row 10 was last written with version 10 % 7 + 1 = 4: 100 + (10 * 7 + 4) cents.
+    let cents = 174;
+    (
+        alive.len() as i64,
+        quantity,
+        format!("{}.{:02}", cents / 100, cents % 100),
+    )
+}
+
+async fn replica_state(stack: &Stack, table: &str) -> (i64, i64, String) {
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&stack.replica_pg_url)
+        .await
+        .expect("replica reachable");
+    let q = format!(
+        "SELECT count(*), sum(quantity)::bigint, (SELECT price::text FROM public.\"{table}\" WHERE id = 10) FROM public.\"{table}\""
+    );
+    sqlx::query_as(sqlx::AssertSqlSafe(q))
+        .fetch_one(&pool)
+        .await
+        .expect("replica table")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn both_sinks_end_exact_across_crashes_in_the_replica_and_the_raw_layer() {
+    let stack = Stack::from_env();
+    let topic = unique("fanout");
+    let partitions = 2;
+    let table = Arc::new(Table::create(&stack, &topic, partitions).await);
+    let run = Run::with(
+        stack.clone(),
+        &topic,
+        partitions,
+        Some("flush-size = 900\nrotate-interval-ms = 1000"),
+        &replica(&stack),
+    );
+    // More records before each run, so every run has something left to apply.
+    let failpoints = [
+        "replica.after-copy",
+        "replica.before-commit",
+        "replica.after-commit",
+        "raw.after-upload",
+        "replica.after-commit",
+    ];
+    let chunk = 1_000;
+    for (i, failpoint) in failpoints.iter().enumerate() {
+        produce(
+            &stack,
+            &table,
+            partitions,
+            i as i64 * chunk..(i as i64 + 1) * chunk,
+        )
+        .await;
+        run.crash_at(failpoint);
+    }
+    let count = failpoints.len() as i64 * chunk;
+    let (want, end) = expected(partitions, count);
+    run.run_to_end(&end);
+    assert_eq!(replica_state(&stack, &topic).await, expected_table(count));
+    let (got, _) = run.rows().await;
+    assert_exactly_once(&got, &want);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_replica_alone_resumes_from_its_own_offsets() {
+    let stack = Stack::from_env();
+    let topic = unique("replica-only");
+    let partitions = 3;
+    let table = Arc::new(Table::create(&stack, &topic, partitions).await);
+    let run = Run::with(stack.clone(), &topic, partitions, None, &replica(&stack));
+    produce(&stack, &table, partitions, 0..1_500).await;
+    run.crash_at("replica.after-commit");
+    produce(&stack, &table, partitions, 1_500..3_000).await;
+    run.crash_at("replica.before-commit");
+    let count = 3_000;
+    let (_, end) = expected(partitions, count);
+    run.run_to_end(&end);
+    assert_eq!(replica_state(&stack, &topic).await, expected_table(count));
+}
