@@ -3,6 +3,7 @@
 mod kafka;
 mod pipeline;
 mod replica;
+mod sinks;
 mod tail;
 
 use std::path::PathBuf;
@@ -74,7 +75,7 @@ async fn main() -> anyhow::Result<()> {
                         "no sink is configured: add a [raw] or [replica] section (or use `lakesink tail` to print rows)"
                     );
                 }
-                Some(pipeline::Sinks { raw, replica })
+                Some(sinks::Sinks { raw, replica })
             };
             let format = match config.kafka.format {
                 RecordFormat::ConnectJson => Format::ConnectJson,

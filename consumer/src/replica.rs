@@ -51,35 +51,17 @@ impl ReplicaSink {
         })
     }
 
-    /// The replica's next offset for a newly assigned partition, retried while the database
-    /// is unreachable.
-    pub(crate) async fn next_offset(
-        &mut self,
-        topic: &str,
-        partition: i32,
-    ) -> anyhow::Result<Option<i64>> {
-        let mut backoff = Duration::from_millis(200);
-        loop {
-            match self
-                .replicator
-                .next_offsets(&self.group, topic, &[partition])
-                .await
-            {
-                Ok(found) => {
-                    let next = found.get(&partition).copied();
-                    if let Some(n) = next {
-                        self.floor.insert((topic.to_owned(), partition), n);
-                    }
-                    return Ok(next);
-                }
-                Err(e) if e.is_retryable() => {
-                    warn!(error = %e, retry_in = ?backoff, "replica unavailable");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                }
-                Err(e) => return Err(e.into()),
-            }
+    /// A handle that looks up the replica's offsets, for the consuming side.
+    pub(crate) fn offsets(&self) -> ReplicaOffsets {
+        ReplicaOffsets {
+            replicator: self.replicator.clone(),
+            group: self.group.clone(),
         }
+    }
+
+    /// Records below `floor` are in the replica already.
+    pub(crate) fn set_floor(&mut self, part: Part, floor: i64) {
+        self.floor.insert(part, floor);
     }
 
     /// Queues a batch; rows below the replica's own offset are dropped here.
@@ -163,6 +145,39 @@ impl ReplicaSink {
             .retain(|b| !(*b.topic == *part.0 && b.partition == part.1));
         self.pending_start.remove(part);
         self.floor.remove(part);
+    }
+}
+
+/// Looks up where the replica stands, from the replica's own offsets table.
+#[derive(Clone)]
+pub(crate) struct ReplicaOffsets {
+    replicator: Arc<PgReplicator>,
+    group: String,
+}
+
+impl ReplicaOffsets {
+    /// The replica's next offset for a partition, retried while the database is unreachable.
+    pub(crate) async fn next_offset(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> anyhow::Result<Option<i64>> {
+        let mut backoff = Duration::from_millis(200);
+        loop {
+            match self
+                .replicator
+                .next_offsets(&self.group, topic, &[partition])
+                .await
+            {
+                Ok(found) => return Ok(found.get(&partition).copied()),
+                Err(e) if e.is_retryable() => {
+                    warn!(error = %e, retry_in = ?backoff, "replica unavailable");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 }
 

@@ -9,6 +9,7 @@
 //!    are zero (Apicurio's optimistic fallback). Whether that id is a contentId or a globalId
 //!    cannot be told from the bytes; it is configuration.
 
+use std::borrow::Cow;
 use std::fmt;
 
 /// Which half of a Kafka record is being read.
@@ -19,11 +20,43 @@ pub enum Side {
 }
 
 impl Side {
-    fn header_prefix(self) -> &'static str {
-        match self {
-            Side::Key => "apicurio.key.",
-            Side::Value => "apicurio.value.",
-        }
+    /// `apicurio.{key,value}.<suffix>`, without allocating per record.
+    fn header_name(self, suffix: &str) -> Cow<'static, str> {
+        const KEY: [&str; 6] = [
+            "apicurio.key.encoding",
+            "apicurio.key.globalId",
+            "apicurio.key.contentId",
+            "apicurio.key.artifactId",
+            "apicurio.key.groupId",
+            "apicurio.key.version",
+        ];
+        const VALUE: [&str; 6] = [
+            "apicurio.value.encoding",
+            "apicurio.value.globalId",
+            "apicurio.value.contentId",
+            "apicurio.value.artifactId",
+            "apicurio.value.groupId",
+            "apicurio.value.version",
+        ];
+        let names = match self {
+            Side::Key => &KEY,
+            Side::Value => &VALUE,
+        };
+        let i = match suffix {
+            "encoding" => 0,
+            "globalId" => 1,
+            "contentId" => 2,
+            "artifactId" => 3,
+            "groupId" => 4,
+            "version" => 5,
+            _ => {
+                return Cow::Owned(match self {
+                    Side::Key => format!("apicurio.key.{suffix}"),
+                    Side::Value => format!("apicurio.value.{suffix}"),
+                });
+            }
+        };
+        Cow::Borrowed(names[i])
     }
 }
 
@@ -131,8 +164,7 @@ pub fn unframe<'a, 'h>(
     header: impl Fn(&str) -> Option<&'h [u8]>,
     payload_ids: IdKind,
 ) -> Result<Framed<'a>, FramingError> {
-    let prefix = side.header_prefix();
-    let name = |suffix: &str| format!("{prefix}{suffix}");
+    let name = |suffix: &str| side.header_name(suffix);
     let encoding = match header(&name("encoding")) {
         None => Encoding::Binary,
         Some(raw) => parse_encoding(&name("encoding"), raw)?,
@@ -143,7 +175,7 @@ pub fn unframe<'a, 'h>(
     ] {
         if let Some(raw) = header(&name(suffix)) {
             let bytes: [u8; 8] = raw.try_into().map_err(|_| FramingError::BadIdHeader {
-                name: name(suffix),
+                name: name(suffix).into_owned(),
                 len: raw.len(),
             })?;
             let id = positive(side, i64::from_be_bytes(bytes))?;
@@ -156,8 +188,9 @@ pub fn unframe<'a, 'h>(
     }
     if let Some(artifact) = header(&name("artifactId")) {
         let text = |suffix: &str, raw: &[u8]| {
-            String::from_utf8(raw.to_vec())
-                .map_err(|_| FramingError::BadTextHeader { name: name(suffix) })
+            String::from_utf8(raw.to_vec()).map_err(|_| FramingError::BadTextHeader {
+                name: name(suffix).into_owned(),
+            })
         };
         let optional = |suffix: &str| {
             header(&name(suffix))

@@ -123,6 +123,8 @@ struct Segment {
     opened_wall: i64,
     last_arrival_wall: i64,
     files: Vec<FileWriter>,
+    /// [`Segment::memory`] as of the last write; computing it walks every column's pages.
+    mem: usize,
 }
 
 impl Segment {
@@ -156,6 +158,8 @@ type PartitionKey = (Arc<str>, i32);
 pub struct ParquetWriter {
     s: Arc<Settings>,
     parts: HashMap<PartitionKey, PartitionState>,
+    /// The sum of the open segments' `mem`.
+    open_memory: usize,
     uploads: JoinSet<Result<Receipt, RawError>>,
     uploading_bytes: Arc<AtomicUsize>,
     permits: Arc<Semaphore>,
@@ -239,6 +243,7 @@ impl ParquetWriter {
         Ok(Self {
             s: Arc::new(settings),
             parts: HashMap::new(),
+            open_memory: 0,
             uploads: JoinSet::new(),
             uploading_bytes: Arc::new(AtomicUsize::new(0)),
             permits: Arc::new(Semaphore::new(config.upload_concurrency)),
@@ -354,6 +359,9 @@ impl ParquetWriter {
                 seg.last = offsets.value(to - 1);
                 seg.last_arrival_wall = now;
                 from = to;
+                let mem = seg.memory();
+                self.open_memory = self.open_memory + mem - seg.mem;
+                seg.mem = mem;
                 match forced {
                     Some((last, _)) => seg.last >= last,
                     None => s.policy.full(&seg.stats()).is_some(),
@@ -404,6 +412,7 @@ impl ParquetWriter {
         if let Some(st) = self.parts.remove(&key)
             && let Some(seg) = st.segment
         {
+            self.open_memory -= seg.mem;
             for f in seg.files {
                 f.abandon();
             }
@@ -428,12 +437,7 @@ impl ParquetWriter {
 
     /// Bytes held: open files plus files being uploaded.
     pub fn memory(&self) -> usize {
-        self.parts
-            .values()
-            .filter_map(|st| st.segment.as_ref())
-            .map(Segment::memory)
-            .sum::<usize>()
-            + self.uploading_bytes.load(Ordering::Relaxed)
+        self.open_memory + self.uploading_bytes.load(Ordering::Relaxed)
     }
 
     /// Past the budget with nothing left to close: the caller waits for uploads.
@@ -473,7 +477,7 @@ impl ParquetWriter {
             let largest = self
                 .parts
                 .iter()
-                .filter_map(|(k, st)| Some((k, st.segment.as_ref()?.memory())))
+                .filter_map(|(k, st)| Some((k, st.segment.as_ref()?.mem)))
                 .filter(|(_, m)| *m > 0)
                 .max_by_key(|(_, m)| *m)
                 .map(|(k, _)| k.clone());
@@ -518,6 +522,7 @@ impl ParquetWriter {
             opened_wall: wall,
             last_arrival_wall: now,
             files: Vec::new(),
+            mem: 0,
         });
         Ok(())
     }
@@ -538,6 +543,7 @@ impl ParquetWriter {
             let Some(seg) = st.segment.take() else {
                 return Ok(());
             };
+            self.open_memory -= seg.mem;
             if seg.rows == 0 {
                 return Ok(());
             }
