@@ -25,7 +25,7 @@ use crate::kafka;
 use crate::replica::ReplicaOffsets;
 use crate::sinks::{self, Item, Part, Sinks};
 
-/// Hand decoded rows to the sinks after this many records, or this long without a record.
+/// Hand decoded rows to the sinks after this many records, and at least this often.
 const FLUSH_RECORDS: usize = 16 * 1024;
 const FLUSH_IDLE: Duration = Duration::from_millis(200);
 /// Rows per decoded batch.
@@ -34,14 +34,44 @@ const BATCH_ROWS: usize = 4096;
 const CHANNEL_ITEMS: usize = 2;
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
-/// What the consuming side holds: records decoded but not yet sent.
+/// What the consuming side holds: records decoded but not yet sent. Maps are keyed by topic
+/// then partition, so a record is looked up by `&str` without allocating.
 #[derive(Default)]
 struct Pending {
     batches: Vec<ChangeBatch>,
-    consumed: HashMap<Part, i64>,
+    consumed: HashMap<String, HashMap<i32, i64>>,
     records: usize,
     /// Partitions whose first record was seen since assignment.
-    started: HashSet<Part>,
+    started: HashMap<String, HashSet<i32>>,
+}
+
+impl Pending {
+    fn is_started(&self, topic: &str, partition: i32) -> bool {
+        self.started.get(topic).is_some_and(|p| p.contains(&partition))
+    }
+
+    fn consumed(&mut self, topic: &str, partition: i32, next: i64) {
+        match self.consumed.get_mut(topic) {
+            Some(parts) => {
+                parts.insert(partition, next);
+            }
+            None => {
+                self.consumed
+                    .insert(topic.to_owned(), HashMap::from([(partition, next)]));
+            }
+        }
+    }
+
+    fn forget(&mut self, part: &Part) {
+        self.batches
+            .retain(|b| !(*b.topic == *part.0 && b.partition == part.1));
+        if let Some(p) = self.consumed.get_mut(&part.0) {
+            p.remove(&part.1);
+        }
+        if let Some(p) = self.started.get_mut(&part.0) {
+            p.remove(&part.1);
+        }
+    }
 }
 
 /// Runs until SIGINT/SIGTERM or an error that retrying cannot fix.
@@ -60,36 +90,43 @@ pub(crate) async fn run<R: SchemaResolver>(
     let mut decoder = ChangeDecoder::new(resolver, format, BATCH_ROWS);
     let mut pending = Pending::default();
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let mut idle = tokio::time::interval(FLUSH_IDLE);
+    idle.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let outcome: anyhow::Result<Option<anyhow::Result<()>>> = async {
         loop {
             let parts = revoked.take();
             if !parts.is_empty() {
                 for part in &parts {
                     decoder.finish_partition(&part.0, part.1)?;
-                    pending
-                        .batches
-                        .retain(|b| !(*b.topic == *part.0 && b.partition == part.1));
-                    pending.consumed.remove(part);
-                    pending.started.remove(part);
+                    pending.forget(part);
                 }
                 send(&tx, Item::Revoked(parts)).await?;
             }
             let next = tokio::select! {
                 biased;
-                _ = tokio::signal::ctrl_c() => break,
+                _ = int.recv() => break,
                 _ = term.recv() => break,
                 // The sinks stop on their own only on an error.
                 done = &mut sink_task => return Ok(Some(flatten(done))),
-                next = tokio::time::timeout(FLUSH_IDLE, consumer.recv()) => next,
+                // Whatever was decoded goes to the sinks at least this often.
+                _ = idle.tick() => {
+                    hand_over(&mut decoder, &mut pending, &tx).await?;
+                    continue;
+                }
+                next = consumer.recv() => next,
             };
             match next {
-                Err(_idle) => hand_over(&mut decoder, &mut pending, &tx).await?,
-                Ok(Err(e)) if kafka::is_transient(&e) => warn!(error = %e, "consumer: waiting"),
-                Ok(Err(e)) => return Err(e).context("consuming"),
-                Ok(Ok(msg)) => {
-                    let part = (msg.topic().to_owned(), msg.partition());
-                    if !pending.started.contains(&part) {
-                        pending.started.insert(part.clone());
+                Err(e) if kafka::is_transient(&e) => warn!(error = %e, "consumer: waiting"),
+                Err(e) => return Err(e).context("consuming"),
+                Ok(msg) => {
+                    if !pending.is_started(msg.topic(), msg.partition()) {
+                        let part = (msg.topic().to_owned(), msg.partition());
+                        pending
+                            .started
+                            .entry(part.0.clone())
+                            .or_default()
+                            .insert(part.1);
                         let item = start(replica.as_ref(), raw_on, &part, msg.offset()).await?;
                         let seek = seek_target(&item, msg.offset());
                         send(&tx, item).await?;
@@ -103,7 +140,7 @@ pub(crate) async fn run<R: SchemaResolver>(
                         }
                     }
                     pending.batches.extend(decode(&mut decoder, &msg).await?);
-                    pending.consumed.insert(part, msg.offset() + 1);
+                    pending.consumed(msg.topic(), msg.partition(), msg.offset() + 1);
                     pending.records += 1;
                     if pending.records >= FLUSH_RECORDS {
                         hand_over(&mut decoder, &mut pending, &tx).await?;
@@ -199,7 +236,11 @@ async fn hand_over<R: SchemaResolver>(
     }
     let item = Item::Batches {
         batches: std::mem::take(&mut pending.batches),
-        consumed: pending.consumed.drain().collect(),
+        consumed: pending
+            .consumed
+            .drain()
+            .flat_map(|(topic, parts)| parts.into_iter().map(move |(p, o)| ((topic.clone(), p), o)))
+            .collect(),
     };
     send(tx, item).await
 }
