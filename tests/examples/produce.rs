@@ -1,17 +1,24 @@
 //! Fills a topic with the synthetic Debezium table of `lakesink_tests::workload`, for the
-//! benchmarks: `cargo run --release -p lakesink-tests --example produce -- TOPIC PARTITIONS COUNT`.
+//! benchmarks: `cargo run --release -p lakesink-tests --example produce -- TOPIC PARTITIONS COUNT
+//! [MODE]`. Without MODE every tenth event is an update and every fiftieth a delete; MODE
+//! `snapshot` or `mixed` produces a [`Stream`] instead.
 
 use std::time::Instant;
 
 use lakesink_tests::Stack;
-use lakesink_tests::workload::Table;
+use lakesink_tests::workload::{Stream, Table};
 
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [topic, partitions, count] = args.as_slice() else {
-        eprintln!("usage: produce TOPIC PARTITIONS COUNT");
+    let usage = || -> ! {
+        eprintln!("usage: produce TOPIC PARTITIONS COUNT [snapshot|mixed]");
         std::process::exit(2);
+    };
+    let (topic, partitions, count, stream) = match args.as_slice() {
+        [t, p, c] => (t, p, c, None),
+        [t, p, c, m] => (t, p, c, Some(Stream::parse(m).unwrap_or_else(|| usage()))),
+        _ => usage(),
     };
     let partitions: i32 = partitions.parse().expect("PARTITIONS is a number");
     let count: i64 = count.parse().expect("COUNT is a number");
@@ -20,9 +27,12 @@ async fn main() {
     let table = Table::create(&stack, topic, partitions).await;
     let base = chrono::Utc::now().timestamp_millis() - count;
     let s = stack.clone();
-    tokio::task::spawn_blocking(move || table.produce(&s, partitions, count, base))
-        .await
-        .expect("produce");
+    tokio::task::spawn_blocking(move || match stream {
+        None => table.produce(&s, partitions, count, base),
+        Some(stream) => table.produce_stream(&s, partitions, stream, count, base),
+    })
+    .await
+    .expect("produce");
     let secs = started.elapsed().as_secs_f64();
     println!(
         "produced {count} records to {topic} ({partitions} partitions) in {secs:.1} s ({:.0} records/s)",

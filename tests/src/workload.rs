@@ -151,7 +151,8 @@ impl Table {
         out
     }
 
-    /// The framed change event: `op` is `c`, `u` or `d`; `version` changes the row's values.
+    /// The framed change event: `op` is `c`, `r` (snapshot read: after only, like `c`), `u` or
+    /// `d`; `version` changes the row's values.
     pub fn event(&self, id: i64, op: char, version: i64, ts_ms: i64) -> Vec<u8> {
         let mut out = frame(self.value_id);
         let row = |out: &mut Vec<u8>, v: i64| {
@@ -180,7 +181,7 @@ impl Table {
             string(out, "2024-05-01T13:00:00.123456Z");
         };
         match op {
-            'c' => {
+            'c' | 'r' => {
                 long(&mut out, 0);
                 row(&mut out, version);
             }
@@ -199,7 +200,7 @@ impl Table {
         string(&mut out, "bench");
         long(&mut out, ts_ms);
         long(&mut out, 0);
-        string(&mut out, "false");
+        string(&mut out, if op == 'r' { "true" } else { "false" });
         string(&mut out, "source");
         long(&mut out, 0);
         string(&mut out, "public");
@@ -230,6 +231,43 @@ impl Table {
         ids: std::ops::Range<i64>,
         base_ts_ms: i64,
     ) {
+        let events = ids.map(|i| {
+            let op = match i % 50 {
+                49 => 'd',
+                n if n % 10 == 9 => 'u',
+                _ => 'c',
+            };
+            (i, op, i % 7 + 1, base_ts_ms + i)
+        });
+        self.send(stack, partitions, events);
+    }
+
+    /// Produces `count` events of `stream` (see [`Stream`]); row `id` goes to partition
+    /// `id % partitions`, event `k` is at `base_ts_ms + k`.
+    pub fn produce_stream(
+        &self,
+        stack: &Stack,
+        partitions: i32,
+        stream: Stream,
+        count: i64,
+        base_ts_ms: i64,
+    ) {
+        let events = stream.events(count).into_iter().zip(base_ts_ms..);
+        self.send(
+            stack,
+            partitions,
+            events.map(|((id, op, version), ts)| (id, op, version, ts)),
+        );
+    }
+
+    /// Sends `(id, op, version, ts_ms)` events, row `id` to partition `id % partitions`, then
+    /// waits for every delivery.
+    fn send(
+        &self,
+        stack: &Stack,
+        partitions: i32,
+        events: impl Iterator<Item = (i64, char, i64, i64)>,
+    ) {
         let producer: BaseProducer = ClientConfig::new()
             .set("bootstrap.servers", &stack.kafka_brokers)
             .set("linger.ms", "20")
@@ -238,19 +276,14 @@ impl Table {
             .set("queue.buffering.max.messages", "1000000")
             .create()
             .expect("producer");
-        for i in ids {
-            let op = match i % 50 {
-                49 => 'd',
-                n if n % 10 == 9 => 'u',
-                _ => 'c',
-            };
-            let key = self.key(i);
-            let value = self.event(i, op, i % 7 + 1, base_ts_ms + i);
+        for (n, (id, op, version, ts)) in events.enumerate() {
+            let key = self.key(id);
+            let value = self.event(id, op, version, ts);
             let mut record = BaseRecord::to(&self.topic)
                 .key(&key)
                 .payload(&value)
-                .partition((i % i64::from(partitions)) as i32)
-                .timestamp(base_ts_ms + i);
+                .partition((id % i64::from(partitions)) as i32)
+                .timestamp(ts);
             loop {
                 match producer.send(record) {
                     Ok(()) => break,
@@ -260,13 +293,67 @@ impl Table {
                     }
                 }
             }
-            if i % 10_000 == 0 {
+            if n % 10_000 == 0 {
                 producer.poll(Duration::ZERO);
             }
         }
         producer
             .flush(Duration::from_secs(120))
             .expect("every record delivered");
+    }
+}
+
+/// The event streams of the replica benchmark.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stream {
+    /// A snapshot: `r` for rows `0..count`.
+    Snapshot,
+    /// Out of every 20 events, 14 inserts of new rows, 5 updates and 1 delete of rows inserted
+    /// earlier and not deleted (picked by a fixed pseudo-random sequence): 70%, 25%, 5%. Ends
+    /// with `count * 13 / 20` rows (rounded by the pattern).
+    Mixed,
+}
+
+impl Stream {
+    /// Parses `snapshot` or `mixed`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "snapshot" => Some(Self::Snapshot),
+            "mixed" => Some(Self::Mixed),
+            _ => None,
+        }
+    }
+
+    /// The stream's `count` events as `(id, op, version)`, in order.
+    pub fn events(self, count: i64) -> Vec<(i64, char, i64)> {
+        if self == Self::Snapshot {
+            return (0..count).map(|id| (id, 'r', 1)).collect();
+        }
+        let mut alive: Vec<i64> = Vec::new();
+        let mut next_id = 0;
+        let mut seed: u64 = 0x5eed;
+        let mut pick = |len: usize| {
+            // splitmix64
+            seed = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = seed;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            ((z ^ (z >> 31)) % len as u64) as usize
+        };
+        (0..count)
+            .map(|k| {
+                let version = k % 7 + 1;
+                match k % 20 {
+                    14..=18 if !alive.is_empty() => (alive[pick(alive.len())], 'u', version),
+                    19 if !alive.is_empty() => (alive.swap_remove(pick(alive.len())), 'd', version),
+                    _ => {
+                        alive.push(next_id);
+                        next_id += 1;
+                        (next_id - 1, 'c', version)
+                    }
+                }
+            })
+            .collect()
     }
 }
 
