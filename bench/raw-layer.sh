@@ -6,11 +6,12 @@
 # are printed side by side.
 #
 #   bench/raw-layer.sh                 RECORDS=5000000 PARTITIONS=8 by default
-#   RECORDS=1000000 PEER=0 bench/raw-layer.sh     lakesink only
+#   RECORDS=1000000 RUN_PEER=0 bench/raw-layer.sh     lakesink only
 #
 # Needs the stack (dev/stack up). Release builds go to $CARGO_TARGET_DIR (or target/).
 set -euo pipefail
 
+RUN_PEER=${RUN_PEER:-1}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
 # shellcheck source=bench/peer-s3-sink.sh
@@ -20,7 +21,6 @@ die() { printf '[bench] error: %s\n' "$*" >&2; exit 1; }
 
 RECORDS=${RECORDS:-5000000}
 PARTITIONS=${PARTITIONS:-8}
-RUN_PEER=${PEER:-1}
 TARGET=${CARGO_TARGET_DIR:-$root/target}
 stamp=$(date +%s)
 TOPIC=${BENCH_TOPIC:-bench-raw-$stamp}

@@ -70,7 +70,10 @@ pub(crate) fn subscribe(config: &KafkaConfig) -> anyhow::Result<(GroupConsumer, 
         .set("auto.offset.reset", "earliest")
         .set("partition.assignment.strategy", "cooperative-sticky")
         // A regex subscription sees new topics only on a metadata refresh (default 5 min).
-        .set("topic.metadata.refresh.interval.ms", "10000");
+        .set("topic.metadata.refresh.interval.ms", "10000")
+        // Prefetch is bounded per partition (librdkafka's default is 64 MiB each): memory
+        // must not grow with the number of partitions assigned.
+        .set("queued.max.messages.kbytes", "8192");
     for (k, v) in &config.properties {
         cc.set(k, v);
     }

@@ -259,3 +259,47 @@ async fn markers_list_the_files_of_each_segment() {
         vec!["topics/t/partition=0/t+0+0000000000.snappy.parquet"]
     );
 }
+
+/// `batch` with a second `after` field: the next version of the writer schema.
+fn batch_v2(offsets: std::ops::Range<i64>) -> ChangeBatch {
+    let mut b = batch(offsets.clone(), |o| T0 + o);
+    let n = b.rows.num_rows();
+    let fields = Fields::from(vec![
+        Field::new("id", DataType::Int64, true),
+        Field::new("note", DataType::Utf8, true),
+    ]);
+    let after = StructArray::new(
+        fields.clone(),
+        vec![
+            Arc::new(offsets.collect::<Int64Array>()),
+            Arc::new(StringArray::from(vec!["v2"; n])),
+        ],
+        None,
+    );
+    let mut schema: Vec<Field> = b.rows.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+    schema[4] = Field::new("after", DataType::Struct(fields), true);
+    let mut cols = b.rows.columns().to_vec();
+    cols[4] = Arc::new(after);
+    b.rows = RecordBatch::try_new(Arc::new(Schema::new(schema)), cols).expect("rows");
+    b
+}
+
+#[tokio::test]
+async fn interleaved_schema_versions_share_one_file_per_version() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let mut w = writer(&store, "flush-size = 100");
+    w.write(&batch(0..3, |o| T0 + o), T0).await.expect("write");
+    w.write(&batch_v2(3..6), T0).await.expect("write");
+    w.write(&batch(6..9, |o| T0 + o), T0).await.expect("write");
+    w.write(&batch_v2(9..12), T0).await.expect("write");
+    w.close_all(T0).await.expect("close");
+    let r = drain(&mut w).await;
+    assert_eq!((r.len(), r[0].files), (1, 2), "one segment, one file per version");
+    assert_eq!(
+        files(&store).await,
+        vec![
+            ("topics/t/partition=0/t+0+0000000000.snappy.parquet".into(), vec![0, 1, 2, 6, 7, 8]),
+            ("topics/t/partition=0/t+0+0000000003.snappy.parquet".into(), vec![3, 4, 5, 9, 10, 11]),
+        ]
+    );
+}

@@ -1,0 +1,262 @@
+#!/usr/bin/env bash
+# The replica benchmark (issue 5): lakesink's PostgreSQL replica against the Debezium JDBC sink
+# connector on the same topics and the same PostgreSQL (the stack's replica database), both
+# upserting by the record key with deletes applied and basic schema evolution:
+#   (a) snapshot: RECORDS `r` events of distinct rows;
+#   (b) mixed: RECORDS events, 70% inserts of new rows, 25% updates, 5% deletes of earlier rows.
+# Each sink is timed from its start (lakesink: process start; JDBC sink: connector creation on a
+# freshly started worker) until its consumer group's committed offsets reach the end of the
+# topic (bench/peer/Lag.java). lakesink commits a Kafka offset only once the rows are committed
+# in PostgreSQL; Connect commits the JDBC sink's offsets after its flush. Then both tables are
+# counted and checksummed, and the figures are printed side by side.
+#
+#   bench/replica.sh                       RECORDS=1000000 PARTITIONS=4 MODES="snapshot mixed"
+#   JDBC_BATCH_SIZES="500 5000" bench/replica.sh    the JDBC sink at each batch.size (default 500)
+#   bench/replica.sh fetch                 only download the JDBC sink (~/.cache/lakesink/peer)
+#
+# Optional env: STAMP (reuse the topics bench-replica-MODE-STAMP of an earlier run instead of
+# producing), LAKESINK=0 or JDBC=0 (skip a side), BUILD=0 (no cargo build), KEEP_TABLES=1 (keep
+# the tables in the replica database), TIMEOUT_SECONDS (per run, default 1800).
+# Needs the stack (dev/stack up). The JDBC sink runs in its own standalone Connect worker on
+# 127.0.0.1:8085 (the Iceberg peer's is :8084, the project's :8083; neither is touched).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/.." && pwd)
+# shellcheck source=bench/peer-s3-sink.sh
+source "$here/peer-s3-sink.sh"
+say() { printf '[replica] %s\n' "$*" >&2; }
+die() { printf '[replica] error: %s\n' "$*" >&2; exit 1; }
+
+# The Debezium JDBC sink: 3.6.1.Final, the stack's Debezium, is not on Maven Central (its
+# newest there is 3.6.0.Final); see bench/peer/jdbc-pom.xml.
+JDBC_VERSION=3.6.0.Final
+JDBC_PLUGINS=$PEER/debezium-jdbc-$JDBC_VERSION-plugins
+RUN=$PEER/run-jdbc          # worker_pid and worker_down of peer-s3-sink.sh use it
+WORKER_PORT=8085
+PG_DB=replica
+
+RECORDS=${RECORDS:-1000000}
+PARTITIONS=${PARTITIONS:-4}
+MODES=${MODES:-snapshot mixed}
+BATCH_SIZES=${JDBC_BATCH_SIZES:-500}
+TIMEOUT=${TIMEOUT_SECONDS:-1800}
+TARGET=${CARGO_TARGET_DIR:-$root/target}
+stamp=${STAMP:-$(date +%s)}
+work=$CACHE/bench/replica-$stamp-$(date +%s)
+results=$work/results.tsv
+hz=$(getconf CLK_TCK)
+
+export PGPASSWORD=$PG_PASSWORD PGOPTIONS="-c client_min_messages=warning"
+psql_q() { psql -qAtX -h 127.0.0.1 -p "$PG_PORT" -U "$PG_USER" -d "$PG_DB" -c "$1"; }
+
+jdbc_fetch() {
+  fetch >/dev/null   # kafka-tools and the Lag poller (and the Iceberg peer, cached)
+  [ -f "$JDBC_PLUGINS/.done" ] && return 0
+  say "resolving the Debezium JDBC sink $JDBC_VERSION and the Apicurio converter from Maven Central"
+  rm -rf "$JDBC_PLUGINS"; mkdir -p "$JDBC_PLUGINS/debezium-connector-jdbc"
+  "${MVN[@]}" -f "$here/peer/jdbc-pom.xml" dependency:copy-dependencies -DincludeScope=runtime \
+    -DexcludeGroupIds=org.apache.kafka -DoutputDirectory="$JDBC_PLUGINS/debezium-connector-jdbc" \
+    >"$PEER/mvn-jdbc.log" 2>&1 || die "resolving the JDBC sink failed, see $PEER/mvn-jdbc.log"
+  touch "$JDBC_PLUGINS/.done"
+}
+
+jdbc_worker_up() {
+  mkdir -p "$RUN"
+  worker_down >/dev/null 2>&1 || true
+  port_open $WORKER_PORT && die "port $WORKER_PORT is taken by another process"
+  rm -f "$RUN/standalone.offsets"
+  cat >"$RUN/worker.properties" <<E
+bootstrap.servers=$BROKERS
+offset.storage.file.filename=$RUN/standalone.offsets
+offset.flush.interval.ms=1000
+listeners=http://127.0.0.1:$WORKER_PORT
+rest.advertised.host.name=127.0.0.1
+plugin.path=$JDBC_PLUGINS
+key.converter=org.apache.kafka.connect.converters.ByteArrayConverter
+value.converter=org.apache.kafka.connect.converters.ByteArrayConverter
+connector.client.config.override.policy=All
+E
+  # The same JVM settings as the Iceberg peer's worker (Kafka's defaults, 2 GiB heap).
+  setsid "$JAVA_BIN" -Xms256m -Xmx2g -server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+    -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent -Djava.awt.headless=true \
+    -Dlog4j2.configurationFile="file:$here/peer/log4j2.properties" \
+    -cp "$KAFKA_LIBS/*" org.apache.kafka.connect.cli.ConnectStandalone "$RUN/worker.properties" \
+    >"$RUN/worker.log" 2>&1 </dev/null &
+  echo $! >"$RUN/worker.pid"
+  local deadline=$((SECONDS + 180))
+  until curl -fsS "http://127.0.0.1:$WORKER_PORT/connector-plugins" 2>/dev/null | grep -q JdbcSinkConnector; do
+    worker_pid >/dev/null || { tail -n 30 "$RUN/worker.log" >&2; die "the JDBC worker exited; log $RUN/worker.log"; }
+    [ $SECONDS -lt $deadline ] || die "the JDBC worker is not ready after 180 s; log $RUN/worker.log"
+    sleep 1
+  done
+}
+
+# lag GROUP TOPIC: waits for lag 0, prints "lag-zero EPOCH_MS RECORDS".
+lag() {
+  "$JAVA_BIN" -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -cp "$KAFKA_LIBS/*:$TOOLS/classes" Lag \
+    "$BROKERS" "$1" "$2" "$RECORDS" "$TIMEOUT"
+}
+
+delete_group() {
+  "$JAVA_BIN" -Xmx128m -cp "$KAFKA_LIBS/*:$TOOLS/*" org.apache.kafka.tools.consumer.group.ConsumerGroupCommand \
+    --bootstrap-server "$BROKERS" --delete --group "$1" >/dev/null 2>&1 || true
+}
+
+# record MODE SINK TABLE T0 T1 CPU_TICKS HWM_KB: one line of results.tsv.
+record() {
+  local rows sums
+  rows=$(psql_q "SELECT count(*) FROM public.\"$3\"") || rows=missing
+  sums=$(psql_q "SELECT coalesce(sum(id),0) || '/' || coalesce(sum(quantity),0) || '/' || coalesce(sum(price),0) || '/' || count(*) FILTER (WHERE status = 'paid') FROM public.\"$3\"") || sums=-
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$RECORDS" "$(( $5 - $4 ))" "$6" "$7" "$rows" "$sums" "$3" >>"$results"
+  [ "${KEEP_TABLES:-0}" = 1 ] || psql_q "DROP TABLE IF EXISTS public.\"$3\"" >/dev/null || true
+}
+
+run_lakesink() {
+  local mode=$1 topic=$2 table="bench_lakesink_${1}_$stamp" group="bench-replica-lakesink-$1-$(date +%s)"
+  cat >"$work/lakesink-$mode.toml" <<T
+[kafka]
+brokers = "$BROKERS"
+group-id = "$group"
+topics = ["$topic"]
+properties = { "auto.commit.interval.ms" = "500" }
+
+[registry]
+url = "$REGISTRY"
+
+[replica]
+url = "postgres://$PG_USER:$PG_PASSWORD@127.0.0.1:$PG_PORT/$PG_DB"
+table-name-format = "$table"
+T
+  psql_q "DROP TABLE IF EXISTS public.\"$table\"" >/dev/null
+  say "lakesink: $mode, table public.$table"
+  local t0 pid out t1 cpu hwm
+  t0=$(date +%s%3N)
+  RUST_LOG=warn "$TARGET/release/lakesink" run --config "$work/lakesink-$mode.toml" 2>"$work/lakesink-$mode.log" &
+  pid=$!; LS_PID=$pid
+  out=$(lag "$group" "$topic") || { tail -n 20 "$work/lakesink-$mode.log" >&2; die "lakesink: lag never reached 0"; }
+  read -r _ t1 _ <<<"$out"
+  cpu=$(cpu_ticks "$pid"); hwm=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
+  kill -TERM "$pid"; wait "$pid" || die "lakesink did not stop cleanly; log $work/lakesink-$mode.log"
+  LS_PID=
+  record "$mode" "lakesink" "$table" "$t0" "$t1" "$cpu" "$hwm"
+  delete_group "$group"
+}
+
+run_jdbc() {
+  local mode=$1 topic=$2 batch=$3 table="bench_dbzjdbc_${1}_b${3}_$stamp"
+  local name="bench-replica-jdbc-$mode-b$batch-$(date +%s)"
+  psql_q "DROP TABLE IF EXISTS public.\"$table\"" >/dev/null
+  jdbc_worker_up
+  local pid; pid=$(cat "$RUN/worker.pid")
+  local conv="" c
+  for c in key value; do
+    conv+="  \"$c.converter\": \"io.apicurio.registry.utils.converter.AvroConverter\",
+  \"$c.converter.apicurio.registry.url\": \"$REGISTRY/apis/registry/v2\",
+  \"$c.converter.apicurio.registry.headers.enabled\": \"false\",
+  \"$c.converter.apicurio.registry.as-confluent\": \"true\",
+  \"$c.converter.apicurio.registry.use-id\": \"contentId\",
+"
+  done
+  local body; body=$(cat <<E
+{"name": "$name", "config": {
+  "connector.class": "io.debezium.connector.jdbc.JdbcSinkConnector",
+  "tasks.max": "$PARTITIONS",
+  "topics": "$topic",
+$conv  "connection.url": "jdbc:postgresql://127.0.0.1:$PG_PORT/$PG_DB",
+  "connection.username": "$PG_USER",
+  "connection.password": "$PG_PASSWORD",
+  "insert.mode": "upsert",
+  "delete.enabled": "true",
+  "primary.key.mode": "record_key",
+  "schema.evolution": "basic",
+  "collection.name.format": "$table",
+  "batch.size": "$batch",
+  "consumer.override.max.poll.records": "$(( batch > 500 ? batch : 500 ))"
+}}
+E
+)
+  say "Debezium JDBC sink: $mode, batch.size $batch, table public.$table"
+  local t0 c0 out t1 c1 hwm
+  c0=$(cpu_ticks "$pid"); t0=$(date +%s%3N)
+  JDBC_NAME=$name
+  curl -fsS -X POST -H 'Content-Type: application/json' --data "$body" \
+    "http://127.0.0.1:$WORKER_PORT/connectors" >/dev/null || die "creating the connector failed; log $RUN/worker.log"
+  out=$(lag "connect-$name" "$topic") || {
+    curl -s "http://127.0.0.1:$WORKER_PORT/connectors/$name/status" >&2; echo >&2
+    grep -E 'ERROR|Exception' "$RUN/worker.log" | tail -n 20 >&2
+    die "the JDBC sink's group did not reach lag 0 in $TIMEOUT s; log $RUN/worker.log"
+  }
+  read -r _ t1 _ <<<"$out"
+  c1=$(cpu_ticks "$pid"); hwm=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
+  curl -s "http://127.0.0.1:$WORKER_PORT/connectors/$name/status" >"$work/jdbc-$mode-b$batch-status.json"
+  grep -q '"FAILED"' "$work/jdbc-$mode-b$batch-status.json" && say "warning: a task FAILED: $(cat "$work/jdbc-$mode-b$batch-status.json")"
+  curl -s -X DELETE "http://127.0.0.1:$WORKER_PORT/connectors/$name" >/dev/null || true
+  cp "$RUN/worker.log" "$work/jdbc-$mode-b$batch-worker.log"
+  worker_down
+  JDBC_NAME=
+  record "$mode" "debezium-jdbc b$batch" "$table" "$t0" "$t1" "$(( c1 - c0 ))" "$hwm"
+  delete_group "connect-$name"
+}
+
+cleanup() {
+  [ -z "${LS_PID:-}" ] || kill "$LS_PID" 2>/dev/null || true
+  [ -z "${JDBC_NAME:-}" ] || curl -s -X DELETE "http://127.0.0.1:$WORKER_PORT/connectors/$JDBC_NAME" >/dev/null 2>&1 || true
+  worker_down >/dev/null 2>&1 || true
+}
+
+report() {
+  python3 - "$results" "$hz" <<'P'
+import sys
+hz = int(sys.argv[2])
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
+print(f"{'workload':9} {'sink':20} {'events':>8} {'wall s':>7} {'rows/s':>8} {'CPU s':>6} {'peak RSS':>9} "
+      f"{'table rows':>10}  checksum (sum id/quantity/price, paid)")
+best = {}
+for mode, sink, recs, ms, cpu, hwm, n, sums, table in rows:
+    wall = int(ms) / 1000
+    rate = int(recs) / wall
+    best.setdefault(mode, {})[sink] = (rate, n, sums)
+    print(f"{mode:9} {sink:20} {recs:>8} {wall:7.1f} {rate:8.0f} {int(cpu) / hz:6.1f} {int(hwm) / 1024:6.0f} MiB "
+          f"{n:>10}  {sums}")
+for mode, sinks in best.items():
+    ls = sinks.get("lakesink")
+    for sink, (rate, n, sums) in sinks.items():
+        if ls and sink != "lakesink":
+            same = "same rows and checksum" if (n, sums) == ls[1:] else "DIFFERENT rows or checksum"
+            print(f"{mode}: lakesink / {sink} = {ls[0] / rate:.1f}x, {same}")
+print("rows/s = events / wall seconds; CPU s and peak RSS (VmHWM): the lakesink process, or the whole "
+      "Connect worker JVM (started fresh per run). PostgreSQL's own CPU is in neither.")
+P
+}
+
+main() {
+  mkdir -p "$work"; : >"$results"
+  if [ "${BUILD:-1}" = 1 ]; then
+    say "building release binaries"
+    (cd "$root" && cargo build -q --release -p lakesink --bin lakesink -p lakesink-tests --example produce) \
+      || die "cargo build failed"
+  fi
+  [ "${JDBC:-1}" = 0 ] || jdbc_fetch
+  fetch >/dev/null
+  trap cleanup EXIT
+  for mode in $MODES; do
+    local topic="bench-replica-$mode-$stamp"
+    if [ -z "${STAMP:-}" ]; then
+      say "producing $RECORDS $mode events to $topic ($PARTITIONS partitions)"
+      "$TARGET/release/examples/produce" "$topic" "$PARTITIONS" "$RECORDS" "$mode" >&2
+    fi
+    [ "${LAKESINK:-1}" = 0 ] || run_lakesink "$mode" "$topic"
+    if [ "${JDBC:-1}" != 0 ]; then
+      for b in $BATCH_SIZES; do run_jdbc "$mode" "$topic" "$b"; done
+    fi
+  done
+  report | tee "$work/report.txt"
+  say "figures and logs kept in $work (topics bench-replica-{$(echo "$MODES" | tr ' ' ,)}-$stamp)"
+}
+
+case "${1:-run}" in
+  fetch) jdbc_fetch ;;
+  run) main ;;
+  *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
