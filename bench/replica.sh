@@ -56,7 +56,7 @@ jdbc_fetch() {
   say "resolving the Debezium JDBC sink $JDBC_VERSION and the Apicurio converter from Maven Central"
   rm -rf "$JDBC_PLUGINS"; mkdir -p "$JDBC_PLUGINS/debezium-connector-jdbc"
   "${MVN[@]}" -f "$here/peer/jdbc-pom.xml" dependency:copy-dependencies -DincludeScope=runtime \
-    -DexcludeGroupIds=org.apache.kafka -DoutputDirectory="$JDBC_PLUGINS/debezium-connector-jdbc" \
+    -DexcludeGroupIds=org.apache.kafka,com.fasterxml.jackson.core -DoutputDirectory="$JDBC_PLUGINS/debezium-connector-jdbc" \
     >"$PEER/mvn-jdbc.log" 2>&1 || die "resolving the JDBC sink failed, see $PEER/mvn-jdbc.log"
   touch "$JDBC_PLUGINS/.done"
 }
@@ -182,11 +182,19 @@ E
   JDBC_NAME=$name
   curl -fsS -X POST -H 'Content-Type: application/json' --data "$body" \
     "http://127.0.0.1:$WORKER_PORT/connectors" >/dev/null || die "creating the connector failed; log $RUN/worker.log"
-  out=$(lag "connect-$name" "$topic") || {
-    curl -s "http://127.0.0.1:$WORKER_PORT/connectors/$name/status" >&2; echo >&2
+  # The poller runs in the background so that a FAILED task stops the run at once.
+  local status="http://127.0.0.1:$WORKER_PORT/connectors/$name/status" lp failed=0
+  lag "connect-$name" "$topic" >"$work/lag.out" & lp=$!
+  while kill -0 "$lp" 2>/dev/null; do
+    if curl -s "$status" | grep -q '"state":"FAILED"'; then failed=1; kill "$lp" 2>/dev/null || true; break; fi
+    sleep 2
+  done
+  if ! wait "$lp" || [ $failed = 1 ]; then
+    curl -s "$status" | cut -c1-1500 >&2; echo >&2
     grep -E 'ERROR|Exception' "$RUN/worker.log" | tail -n 20 >&2
-    die "the JDBC sink's group did not reach lag 0 in $TIMEOUT s; log $RUN/worker.log"
-  }
+    die "the JDBC sink failed or its group did not reach lag 0 in $TIMEOUT s; log $RUN/worker.log"
+  fi
+  out=$(cat "$work/lag.out")
   read -r _ t1 _ <<<"$out"
   c1=$(cpu_ticks "$pid"); hwm=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
   curl -s "http://127.0.0.1:$WORKER_PORT/connectors/$name/status" >"$work/jdbc-$mode-b$batch-status.json"
