@@ -47,7 +47,9 @@ struct Pending {
 
 impl Pending {
     fn is_started(&self, topic: &str, partition: i32) -> bool {
-        self.started.get(topic).is_some_and(|p| p.contains(&partition))
+        self.started
+            .get(topic)
+            .is_some_and(|p| p.contains(&partition))
     }
 
     fn consumed(&mut self, topic: &str, partition: i32, next: i64) {

@@ -11,7 +11,7 @@ use lakesink_config::ReplicaConfig;
 use lakesink_schema_registry::ChangeBatch;
 use lakesink_writers::{Applied, PgReplicator, ReplicaError};
 use tokio::task::JoinHandle;
-use tracing::{info, warn};
+use tracing::warn;
 
 type Part = (String, i32);
 
@@ -126,7 +126,7 @@ impl ReplicaSink {
         self.inflight_start.clear();
         let applied = done??;
         let rows: usize = applied.len();
-        info!(partitions = rows, "replica transaction committed");
+        tracing::debug!(partitions = rows, "replica transaction committed");
         Ok(Some(applied))
     }
 

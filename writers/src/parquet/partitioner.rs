@@ -63,15 +63,26 @@ impl TimeSource {
     ) -> Result<Vec<i64>, (usize, String)> {
         let (column, what) = match self {
             Self::Wallclock => return Ok(vec![wall_ms; rows.num_rows()]),
-            Self::Record => (rows.column_by_name("__timestamp").cloned(), "__timestamp"),
-            Self::Field(path) => (lookup(rows, path), "the timestamp field"),
+            Self::Record => (
+                rows.column_by_name("__timestamp").cloned(),
+                "the Kafka timestamp".to_owned(),
+            ),
+            Self::Field(path) => (lookup(rows, path), format!("field {}", path.join("."))),
         };
-        let Some(column) = column else {
-            return Err((0, format!("the rows have no {what}")));
-        };
+        // Tombstones have no value, so no field: their time is the Kafka record's.
+        let tombstones = rows
+            .column_by_name("__tombstone")
+            .and_then(|c| c.as_boolean_opt().cloned());
+        let record = rows.column_by_name("__timestamp").cloned();
         let mut out = Vec::with_capacity(rows.num_rows());
         for row in 0..rows.num_rows() {
-            match millis(&column, row) {
+            let tombstone = tombstones.as_ref().is_some_and(|t| t.value(row));
+            let ms = match (&column, tombstone, &record) {
+                (_, true, Some(record)) => millis(record, row),
+                (Some(column), _, _) => millis(column, row),
+                (None, _, _) => return Err((row, format!("the rows have no {what}"))),
+            };
+            match ms {
                 Some(ms) => out.push(ms),
                 None => return Err((row, format!("{what} is null or not a time"))),
             }
@@ -351,5 +362,38 @@ mod tests {
             TimeSource::Wallclock.times(&rows, 7).expect("times"),
             vec![7, 7, 7]
         );
+    }
+}
+
+#[cfg(test)]
+mod tombstone_tests {
+    use super::*;
+    use arrow_array::{BooleanArray, Int64Array, TimestampMillisecondArray};
+    use arrow_schema::{Field, Schema};
+
+    #[test]
+    fn a_tombstone_takes_the_kafka_time_when_the_field_is_absent() {
+        let rows = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![
+                Field::new(
+                    "__timestamp",
+                    DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
+                    true,
+                ),
+                Field::new("__tombstone", DataType::Boolean, false),
+                Field::new("ts_ms", DataType::Int64, true),
+            ])),
+            vec![
+                Arc::new(TimestampMillisecondArray::from(vec![5, 6]).with_timezone("UTC")),
+                Arc::new(BooleanArray::from(vec![false, true])),
+                Arc::new(Int64Array::from(vec![Some(1), None])),
+            ],
+        )
+        .expect("rows");
+        let source = TimeSource::Field(vec!["ts_ms".into()]);
+        assert_eq!(source.times(&rows, 0).expect("times"), vec![1, 6]);
+        let missing = TimeSource::Field(vec!["after".into(), "x".into()]);
+        let err = missing.times(&rows, 0).unwrap_err();
+        assert_eq!(err, (0, "the rows have no field after.x".to_owned()));
     }
 }

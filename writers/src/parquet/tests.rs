@@ -276,7 +276,13 @@ fn batch_v2(offsets: std::ops::Range<i64>) -> ChangeBatch {
         ],
         None,
     );
-    let mut schema: Vec<Field> = b.rows.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+    let mut schema: Vec<Field> = b
+        .rows
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
     schema[4] = Field::new("after", DataType::Struct(fields), true);
     let mut cols = b.rows.columns().to_vec();
     cols[4] = Arc::new(after);
@@ -294,12 +300,22 @@ async fn interleaved_schema_versions_share_one_file_per_version() {
     w.write(&batch_v2(9..12), T0).await.expect("write");
     w.close_all(T0).await.expect("close");
     let r = drain(&mut w).await;
-    assert_eq!((r.len(), r[0].files), (1, 2), "one segment, one file per version");
+    assert_eq!(
+        (r.len(), r[0].files),
+        (1, 2),
+        "one segment, one file per version"
+    );
     assert_eq!(
         files(&store).await,
         vec![
-            ("topics/t/partition=0/t+0+0000000000.snappy.parquet".into(), vec![0, 1, 2, 6, 7, 8]),
-            ("topics/t/partition=0/t+0+0000000003.snappy.parquet".into(), vec![3, 4, 5, 9, 10, 11]),
+            (
+                "topics/t/partition=0/t+0+0000000000.snappy.parquet".into(),
+                vec![0, 1, 2, 6, 7, 8]
+            ),
+            (
+                "topics/t/partition=0/t+0+0000000003.snappy.parquet".into(),
+                vec![3, 4, 5, 9, 10, 11]
+            ),
         ]
     );
 }
