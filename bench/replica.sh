@@ -49,6 +49,12 @@ hz=$(getconf CLK_TCK)
 
 export PGPASSWORD=$PG_PASSWORD PGOPTIONS="-c client_min_messages=warning"
 psql_q() { psql -qAtX -h 127.0.0.1 -p "$PG_PORT" -U "$PG_USER" -d "$PG_DB" -c "$1"; }
+# PostgreSQL's CPU: the postmaster's own ticks and those of its exited children (the backends of
+# a sink, once it disconnects; autovacuum workers; anything else using the server meanwhile).
+PG_PID=$(head -n 1 "$(psql_q 'SHOW data_directory' 2>/dev/null)/postmaster.pid" 2>/dev/null || true)
+pg_ticks() {
+  if [ -n "$PG_PID" ] && [ -r "/proc/$PG_PID/stat" ]; then awk '{print $14 + $15 + $16 + $17}' "/proc/$PG_PID/stat"; else echo 0; fi
+}
 
 jdbc_fetch() {
   fetch >/dev/null   # kafka-tools and the Lag poller (and the Iceberg peer, cached)
@@ -103,12 +109,12 @@ delete_group() {
     --bootstrap-server "$BROKERS" --delete --group "$1" >/dev/null 2>&1 || true
 }
 
-# record MODE SINK TABLE T0 T1 CPU_TICKS HWM_KB: one line of results.tsv.
+# record MODE SINK TABLE T0 T1 CPU_TICKS HWM_KB PG_TICKS: one line of results.tsv.
 record() {
   local rows sums
   rows=$(psql_q "SELECT count(*) FROM public.\"$3\"") || rows=missing
   sums=$(psql_q "SELECT coalesce(sum(id),0) || '/' || coalesce(sum(quantity),0) || '/' || coalesce(sum(price),0) || '/' || count(*) FILTER (WHERE status = 'paid') FROM public.\"$3\"") || sums=-
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$RECORDS" "$(( $5 - $4 ))" "$6" "$7" "$rows" "$sums" "$3" >>"$results"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$RECORDS" "$(( $5 - $4 ))" "$6" "$7" "$rows" "$sums" "$3" "$8" >>"$results"
   [ "${KEEP_TABLES:-0}" = 1 ] || psql_q "DROP TABLE IF EXISTS public.\"$3\"" >/dev/null || true
 }
 
@@ -130,8 +136,8 @@ table-name-format = "$table"
 T
   psql_q "DROP TABLE IF EXISTS public.\"$table\"" >/dev/null
   say "lakesink: $mode, table public.$table"
-  local t0 pid out t1 cpu hwm
-  t0=$(date +%s%3N)
+  local t0 pid out t1 cpu hwm p0 p1
+  p0=$(pg_ticks); t0=$(date +%s%3N)
   RUST_LOG=warn "$TARGET/release/lakesink" run --config "$work/lakesink-$mode.toml" 2>"$work/lakesink-$mode.log" &
   pid=$!; LS_PID=$pid
   out=$(lag "$group" "$topic") || { tail -n 20 "$work/lakesink-$mode.log" >&2; die "lakesink: lag never reached 0"; }
@@ -139,7 +145,8 @@ T
   cpu=$(cpu_ticks "$pid"); hwm=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
   kill -TERM "$pid"; wait "$pid" || die "lakesink did not stop cleanly; log $work/lakesink-$mode.log"
   LS_PID=
-  record "$mode" "lakesink" "$table" "$t0" "$t1" "$cpu" "$hwm"
+  sleep 1; p1=$(pg_ticks)
+  record "$mode" "lakesink" "$table" "$t0" "$t1" "$cpu" "$hwm" "$(( p1 - p0 ))"
   delete_group "$group"
 }
 
@@ -177,8 +184,8 @@ $conv  "connection.url": "jdbc:postgresql://127.0.0.1:$PG_PORT/$PG_DB",
 E
 )
   say "Debezium JDBC sink: $mode, batch.size $batch, table public.$table"
-  local t0 c0 out t1 c1 hwm
-  c0=$(cpu_ticks "$pid"); t0=$(date +%s%3N)
+  local t0 c0 out t1 c1 hwm p0 p1
+  p0=$(pg_ticks); c0=$(cpu_ticks "$pid"); t0=$(date +%s%3N)
   JDBC_NAME=$name
   curl -fsS -X POST -H 'Content-Type: application/json' --data "$body" \
     "http://127.0.0.1:$WORKER_PORT/connectors" >/dev/null || die "creating the connector failed; log $RUN/worker.log"
@@ -203,7 +210,8 @@ E
   cp "$RUN/worker.log" "$work/jdbc-$mode-b$batch-worker.log"
   worker_down
   JDBC_NAME=
-  record "$mode" "debezium-jdbc b$batch" "$table" "$t0" "$t1" "$(( c1 - c0 ))" "$hwm"
+  sleep 1; p1=$(pg_ticks)
+  record "$mode" "debezium-jdbc b$batch" "$table" "$t0" "$t1" "$(( c1 - c0 ))" "$hwm" "$(( p1 - p0 ))"
   delete_group "connect-$name"
 }
 
@@ -219,14 +227,14 @@ import sys
 hz = int(sys.argv[2])
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
 print(f"{'workload':9} {'sink':20} {'events':>8} {'wall s':>7} {'rows/s':>8} {'CPU s':>6} {'peak RSS':>9} "
-      f"{'table rows':>10}  checksum (sum id/quantity/price, paid)")
+      f"{'PG CPU s':>8} {'table rows':>10}  checksum (sum id/quantity/price, paid)")
 best = {}
-for mode, sink, recs, ms, cpu, hwm, n, sums, table in rows:
+for mode, sink, recs, ms, cpu, hwm, n, sums, table, pg in rows:
     wall = int(ms) / 1000
     rate = int(recs) / wall
     best.setdefault(mode, {})[sink] = (rate, n, sums)
     print(f"{mode:9} {sink:20} {recs:>8} {wall:7.1f} {rate:8.0f} {int(cpu) / hz:6.1f} {int(hwm) / 1024:6.0f} MiB "
-          f"{n:>10}  {sums}")
+          f"{int(pg) / hz:8.1f} {n:>10}  {sums}")
 for mode, sinks in best.items():
     ls = sinks.get("lakesink")
     for sink, (rate, n, sums) in sinks.items():
@@ -234,7 +242,8 @@ for mode, sinks in best.items():
             same = "same rows and checksum" if (n, sums) == ls[1:] else "DIFFERENT rows or checksum"
             print(f"{mode}: lakesink / {sink} = {ls[0] / rate:.1f}x, {same}")
 print("rows/s = events / wall seconds; CPU s and peak RSS (VmHWM): the lakesink process, or the whole "
-      "Connect worker JVM (started fresh per run). PostgreSQL's own CPU is in neither.")
+      "Connect worker JVM (started fresh per run). PG CPU s: the PostgreSQL server from start to teardown "
+      "(backends, autovacuum, and anyone else using it meanwhile).")
 P
 }
 
