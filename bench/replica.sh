@@ -16,7 +16,9 @@
 #
 # Optional env: STAMP (reuse the topics bench-replica-MODE-STAMP of an earlier run instead of
 # producing), LAKESINK=0 or JDBC=0 (skip a side), BUILD=0 (no cargo build), KEEP_TABLES=1 (keep
-# the tables in the replica database), TIMEOUT_SECONDS (per run, default 1800).
+# the tables in the replica database), TIMEOUT_SECONDS (per run, default 1800), KAFKA_PROPERTIES
+# (more lakesink consumer properties, TOML: '"fetch.max.bytes" = "104857600"'), JDBC_CONFIG (more
+# JDBC connector settings, JSON: '"consumer.override.fetch.max.bytes": "104857600"').
 # Needs the stack (dev/stack up). The JDBC sink runs in its own standalone Connect worker on
 # 127.0.0.1:8085 (the Iceberg peer's is :8084, the project's :8083; neither is touched).
 set -euo pipefail
@@ -125,7 +127,7 @@ run_lakesink() {
 brokers = "$BROKERS"
 group-id = "$group"
 topics = ["$topic"]
-properties = { "auto.commit.interval.ms" = "500" }
+properties = { "auto.commit.interval.ms" = "500"${KAFKA_PROPERTIES:+, $KAFKA_PROPERTIES} }
 
 [registry]
 url = "$REGISTRY"
@@ -170,7 +172,8 @@ run_jdbc() {
   "connector.class": "io.debezium.connector.jdbc.JdbcSinkConnector",
   "tasks.max": "$PARTITIONS",
   "topics": "$topic",
-$conv  "connection.url": "jdbc:postgresql://127.0.0.1:$PG_PORT/$PG_DB",
+$conv${JDBC_CONFIG:+  $JDBC_CONFIG,
+}  "connection.url": "jdbc:postgresql://127.0.0.1:$PG_PORT/$PG_DB",
   "connection.username": "$PG_USER",
   "connection.password": "$PG_PASSWORD",
   "insert.mode": "upsert",
@@ -275,5 +278,5 @@ main() {
 case "${1:-run}" in
   fetch) jdbc_fetch ;;
   run) main ;;
-  *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
