@@ -71,9 +71,12 @@ pub(crate) fn subscribe(config: &KafkaConfig) -> anyhow::Result<(GroupConsumer, 
         .set("partition.assignment.strategy", "cooperative-sticky")
         // A regex subscription sees new topics only on a metadata refresh (default 5 min).
         .set("topic.metadata.refresh.interval.ms", "10000")
-        // Prefetch is bounded per partition (librdkafka's default is 64 MiB each): memory
-        // must not grow with the number of partitions assigned.
-        .set("queued.max.messages.kbytes", "8192");
+        // Fetch in 4 MiB per partition (librdkafka's 1 MiB starves a fast consumer; measured
+        // 60k against 158k rows/s into the replica), and bound the prefetch per partition
+        // (librdkafka's default is 64 MiB each) so memory does not grow with the partitions.
+        .set("max.partition.fetch.bytes", "4194304")
+        .set("fetch.max.bytes", "16777216")
+        .set("queued.max.messages.kbytes", "16384");
     for (k, v) in &config.properties {
         cc.set(k, v);
     }
