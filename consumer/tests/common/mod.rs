@@ -108,9 +108,27 @@ allow-http = true
         }
         cmd.env(
             "RUST_LOG",
-            std::env::var("LAKESINK_TEST_LOG").unwrap_or_else(|_| "warn".into()),
+            std::env::var("LAKESINK_TEST_LOG").unwrap_or_else(|_| "info".into()),
         );
+        // Every run's log, appended in one file, so a failure can show what happened.
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .expect("log file");
+        cmd.stderr(log);
         cmd.spawn().expect("lakesink starts")
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.config.with_file_name("lakesink.log")
+    }
+
+    /// The end of the runs' log, for failure messages.
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
     }
 
     /// Runs until the failpoint kills the process.
@@ -128,7 +146,10 @@ allow-http = true
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
-                panic!("failpoint {failpoint} was never reached");
+                panic!(
+                    "failpoint {failpoint} was never reached; log:\n{}",
+                    self.log_tail()
+                );
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -137,16 +158,17 @@ allow-http = true
     /// Runs without failpoints until every record is committed, then stops it with SIGTERM.
     pub fn run_to_end(&self, end: &BTreeMap<i32, i64>) {
         let mut child = self.start(None);
-        let deadline = Instant::now() + Duration::from_secs(120);
+        let deadline = Instant::now() + Duration::from_secs(240);
         while self.committed() != *end {
             if let Some(status) = child.try_wait().expect("wait") {
-                panic!("lakesink exited early: {status}");
+                panic!("lakesink exited early: {status}; log:\n{}", self.log_tail());
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
                 panic!(
-                    "committed offsets {:?} never reached {end:?}",
-                    self.committed()
+                    "committed offsets {:?} never reached {end:?}; log:\n{}",
+                    self.committed(),
+                    self.log_tail()
                 );
             }
             std::thread::sleep(Duration::from_millis(250));
