@@ -6,6 +6,7 @@
 mod overrides;
 mod raw;
 mod replica;
+mod service;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -17,6 +18,7 @@ pub use raw::{
     Codec, Content, PartitionerKind, RawConfig, StoreConfig, TimestampSource, Tombstones,
 };
 pub use replica::{KeylessMode, PkMode, ReplicaConfig, SchemaEvolution};
+pub use service::{AlertsConfig, LogFormat, ServiceConfig};
 
 /// The whole configuration of one lakesink process.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -29,6 +31,11 @@ pub struct Config {
     pub raw: Option<RawConfig>,
     /// The PostgreSQL replica; absent when lakesink writes only the raw layer.
     pub replica: Option<ReplicaConfig>,
+    /// The HTTP endpoint, logs and shutdown.
+    #[serde(default)]
+    pub service: ServiceConfig,
+    /// Webhook alerts; absent means none are sent.
+    pub alerts: Option<AlertsConfig>,
 }
 
 /// Where records come from: one consumer group over a topic list or a regex.

@@ -8,8 +8,12 @@ use lakesink_schema_registry::{ChangeBatch, ChangeDecoder, KafkaRecord, SchemaRe
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Headers};
+use rdkafka::statistics::Statistics;
 use rdkafka::{ClientConfig, ClientContext, Message};
 use tracing::{debug, info, warn};
+
+use crate::telemetry::Telemetry;
+use crate::telemetry::metrics::PartitionLabels;
 
 /// Partitions taken away by the group, collected during `recv` and handled by the loop
 /// before it looks at the next message.
@@ -27,9 +31,30 @@ impl Revoked {
 
 pub(crate) struct GroupContext {
     revoked: Revoked,
+    telemetry: Option<Arc<Telemetry>>,
 }
 
-impl ClientContext for GroupContext {}
+impl ClientContext for GroupContext {
+    /// librdkafka's statistics (every `statistics.interval.ms`): the lag of each partition.
+    fn stats(&self, stats: Statistics) {
+        let Some(t) = &self.telemetry else { return };
+        for (topic, st) in stats.topics {
+            for (partition, p) in st.partitions {
+                // -1 is librdkafka's internal "unassigned" partition; lag -1 is unknown.
+                if partition < 0 || !p.desired || p.consumer_lag < 0 {
+                    continue;
+                }
+                t.metrics
+                    .lag
+                    .get_or_create(&PartitionLabels {
+                        topic: topic.clone(),
+                        partition,
+                    })
+                    .set(p.consumer_lag);
+            }
+        }
+    }
+}
 
 impl ConsumerContext for GroupContext {
     fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
@@ -41,6 +66,14 @@ impl ConsumerContext for GroupContext {
                     .map(|e| (e.topic().to_owned(), e.partition()))
                     .collect();
                 info!(?parts, "partitions revoked");
+                if let Some(t) = &self.telemetry {
+                    for (topic, partition) in &parts {
+                        t.metrics.lag.remove(&PartitionLabels {
+                            topic: topic.clone(),
+                            partition: *partition,
+                        });
+                    }
+                }
                 if let Ok(mut v) = self.revoked.0.lock() {
                     v.extend(parts);
                 }
@@ -52,6 +85,9 @@ impl ConsumerContext for GroupContext {
                     .map(|e| (e.topic().to_owned(), e.partition()))
                     .collect();
                 info!(?parts, "partitions assigned");
+                if let Some(t) = &self.telemetry {
+                    t.status.set_assigned();
+                }
             }
             Rebalance::Error(e) => warn!(error = %e, "rebalance error"),
         }
@@ -61,7 +97,10 @@ impl ConsumerContext for GroupContext {
 pub(crate) type GroupConsumer = StreamConsumer<GroupContext>;
 
 /// A consumer in the configured group, subscribed; offsets are stored by the caller only.
-pub(crate) fn subscribe(config: &KafkaConfig) -> anyhow::Result<(GroupConsumer, Revoked)> {
+pub(crate) fn subscribe(
+    config: &KafkaConfig,
+    telemetry: Option<Arc<Telemetry>>,
+) -> anyhow::Result<(GroupConsumer, Revoked)> {
     let mut cc = ClientConfig::new();
     cc.set("bootstrap.servers", &config.brokers)
         .set("group.id", &config.group_id)
@@ -77,6 +116,10 @@ pub(crate) fn subscribe(config: &KafkaConfig) -> anyhow::Result<(GroupConsumer, 
         .set("max.partition.fetch.bytes", "4194304")
         .set("fetch.max.bytes", "16777216")
         .set("queued.max.messages.kbytes", "16384");
+    if telemetry.is_some() {
+        // For the lag gauges.
+        cc.set("statistics.interval.ms", "5000");
+    }
     for (k, v) in &config.properties {
         cc.set(k, v);
     }
@@ -84,6 +127,7 @@ pub(crate) fn subscribe(config: &KafkaConfig) -> anyhow::Result<(GroupConsumer, 
     let consumer: GroupConsumer = cc
         .create_with_context(GroupContext {
             revoked: revoked.clone(),
+            telemetry,
         })
         .context("creating the Kafka consumer")?;
     let subscription = match &config.topics_regex {

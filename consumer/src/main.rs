@@ -5,17 +5,25 @@ mod pipeline;
 mod replica;
 mod sinks;
 mod tail;
+mod telemetry;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use lakesink_config::{Config, PayloadIds, RecordFormat, RegistryApi, RegistryConfig};
+use lakesink_config::{Config, LogFormat, PayloadIds, RecordFormat, RegistryApi, RegistryConfig};
 use lakesink_schema_registry::{
-    Api, Auth, CachedResolver, FixedResolver, Format, HttpRegistry, HttpRegistryConfig, IdKind,
+    Api, Auth, CachedResolver, ChangeError, FixedResolver, Format, HttpRegistry,
+    HttpRegistryConfig, IdKind,
 };
-use lakesink_writers::parquet::ParquetWriter;
+use lakesink_writers::ReplicaError;
+use lakesink_writers::parquet::{ParquetWriter, RawError};
+
+use telemetry::alerts::Alerter;
+use telemetry::status::{RAW, REPLICA};
+use telemetry::{Component, Telemetry};
 
 #[derive(Parser)]
 #[command(
@@ -45,82 +53,153 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let (config, tail) = match Cli::parse().command {
+    let (path, tail) = match Cli::parse().command {
         Command::Run { config } => (config, false),
         Command::Tail { config } => (config, true),
     };
-    {
-        {
-            let config =
-                Config::load(&config).with_context(|| format!("loading {}", config.display()))?;
-            lakesink_writers::failpoint::arm(lakesink_config::failpoints_from_env());
-            let sinks = if tail {
-                None
-            } else {
-                let raw = config.raw.as_ref().map(ParquetWriter::new).transpose()?;
-                let replica = match &config.replica {
-                    Some(r) => {
-                        Some(replica::ReplicaSink::connect(r, &config.kafka.group_id).await?)
-                    }
-                    None => None,
-                };
-                if raw.is_none() && replica.is_none() {
-                    anyhow::bail!(
-                        "no sink is configured: add a [raw] or [replica] section (or use `lakesink tail` to print rows)"
-                    );
-                }
-                Some(sinks::Sinks { raw, replica })
-            };
-            let format = match config.kafka.format {
-                RecordFormat::ConnectJson => Format::ConnectJson,
-                RecordFormat::Json => Format::PlainJson {
-                    value_schema: match &config.kafka.json_value_schema {
-                        None => None,
-                        Some(path) => {
-                            let text = std::fs::read(path).with_context(|| {
-                                format!("reading kafka.json-value-schema {}", path.display())
-                            })?;
-                            Some(std::sync::Arc::new(
-                                serde_json::from_slice(&text).with_context(|| {
-                                    format!(
-                                        "kafka.json-value-schema {} is not JSON",
-                                        path.display()
-                                    )
-                                })?,
-                            ))
-                        }
-                    },
-                },
-                RecordFormat::Avro => Format::Avro {
-                    payload_ids: match config.registry.payload_ids {
-                        PayloadIds::ContentId => IdKind::ContentId,
-                        PayloadIds::GlobalId => IdKind::GlobalId,
-                    },
-                },
-            };
-            match (format, sinks) {
-                (format @ Format::Avro { .. }, sinks) => {
-                    let registry =
-                        CachedResolver::new(HttpRegistry::new(registry_config(&config.registry)?)?);
-                    match sinks {
-                        Some(sinks) => pipeline::run(&config.kafka, registry, format, sinks).await,
-                        None => tail::run(&config.kafka, registry, format).await,
-                    }
-                }
-                // JSON records carry or infer their schemas: no registry is asked.
-                (format, Some(sinks)) => {
-                    pipeline::run(&config.kafka, FixedResolver::new(), format, sinks).await
-                }
-                (format, None) => tail::run(&config.kafka, FixedResolver::new(), format).await,
+    let config = Config::load(&path).with_context(|| format!("loading {}", path.display()));
+    init_logs(
+        config
+            .as_ref()
+            .map_or(LogFormat::Human, |c| c.service.log_format),
+    );
+    let config = config?;
+    lakesink_writers::failpoint::arm(lakesink_config::failpoints_from_env());
+    if tail {
+        let format = record_format(&config)?;
+        return match format {
+            format @ Format::Avro { .. } => {
+                let registry =
+                    CachedResolver::new(HttpRegistry::new(registry_config(&config.registry)?)?);
+                tail::run(&config.kafka, registry, format).await
             }
+            // JSON records carry or infer their schemas: no registry is asked.
+            format => tail::run(&config.kafka, FixedResolver::new(), format).await,
+        };
+    }
+    let mut names = Vec::new();
+    if config.raw.is_some() {
+        names.push(RAW);
+    }
+    if config.replica.is_some() {
+        names.push(REPLICA);
+    }
+    if names.is_empty() {
+        anyhow::bail!(
+            "no sink is configured: add a [raw] or [replica] section (or use `lakesink tail` to print rows)"
+        );
+    }
+    let alerter = match &config.alerts {
+        Some(a) => Some(Alerter::start(a, &config.kafka.group_id)?),
+        None => None,
+    };
+    let telemetry = Arc::new(Telemetry::new(&names, alerter));
+    if let Some(addr) = config.service.http_listen {
+        telemetry::http::serve(addr, telemetry.clone()).await?;
+    }
+    let result = run(&config, telemetry.clone()).await;
+    if let Err(e) = &result {
+        let (sink, component) = blame(e);
+        telemetry.status.failed(sink, component, &format!("{e:#}"));
+        if let Some(a) = &telemetry.alerter {
+            a.flush(Duration::from_secs(10)).await;
         }
     }
+    result
+}
+
+async fn run(config: &Config, telemetry: Arc<Telemetry>) -> anyhow::Result<()> {
+    let raw = config.raw.as_ref().map(ParquetWriter::new).transpose()?;
+    let replica = match &config.replica {
+        Some(r) => {
+            Some(replica::ReplicaSink::connect(r, &config.kafka.group_id, telemetry.clone()).await?)
+        }
+        None => None,
+    };
+    let sinks = sinks::Sinks {
+        raw,
+        replica,
+        telemetry,
+    };
+    let shutdown = Duration::from_millis(config.service.shutdown_timeout_ms);
+    match record_format(config)? {
+        format @ Format::Avro { .. } => {
+            let registry =
+                CachedResolver::new(HttpRegistry::new(registry_config(&config.registry)?)?);
+            pipeline::run(&config.kafka, registry, format, sinks, shutdown).await
+        }
+        format => pipeline::run(&config.kafka, FixedResolver::new(), format, sinks, shutdown).await,
+    }
+}
+
+/// Which sink and component an error that stopped the run came from, for `/status` and alerts.
+fn blame(e: &anyhow::Error) -> (Option<&'static str>, Component) {
+    for cause in e.chain() {
+        if let Some(r) = cause.downcast_ref::<ReplicaError>() {
+            let c = if r.is_retryable() {
+                Component::Database
+            } else {
+                Component::Data
+            };
+            return (Some(REPLICA), c);
+        }
+        if let Some(r) = cause.downcast_ref::<RawError>() {
+            let c = match r {
+                RawError::Data { .. } | RawError::Config(_) => Component::Data,
+                _ => Component::ObjectStore,
+            };
+            return (Some(RAW), c);
+        }
+        if let Some(c) = cause.downcast_ref::<ChangeError>() {
+            let c = if c.is_retryable() {
+                Component::Registry
+            } else {
+                Component::Data
+            };
+            return (None, c);
+        }
+        if cause.downcast_ref::<rdkafka::error::KafkaError>().is_some() {
+            return (None, Component::Kafka);
+        }
+    }
+    (None, Component::Data)
+}
+
+fn init_logs(format: LogFormat) {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Human => logs.init(),
+        LogFormat::Json => logs.json().flatten_event(true).init(),
+    }
+}
+
+fn record_format(config: &Config) -> anyhow::Result<Format> {
+    Ok(match config.kafka.format {
+        RecordFormat::ConnectJson => Format::ConnectJson,
+        RecordFormat::Json => Format::PlainJson {
+            value_schema: match &config.kafka.json_value_schema {
+                None => None,
+                Some(path) => {
+                    let text = std::fs::read(path).with_context(|| {
+                        format!("reading kafka.json-value-schema {}", path.display())
+                    })?;
+                    Some(Arc::new(serde_json::from_slice(&text).with_context(
+                        || format!("kafka.json-value-schema {} is not JSON", path.display()),
+                    )?))
+                }
+            },
+        },
+        RecordFormat::Avro => Format::Avro {
+            payload_ids: match config.registry.payload_ids {
+                PayloadIds::ContentId => IdKind::ContentId,
+                PayloadIds::GlobalId => IdKind::GlobalId,
+            },
+        },
+    })
 }
 
 fn registry_config(r: &RegistryConfig) -> anyhow::Result<HttpRegistryConfig> {

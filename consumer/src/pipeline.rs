@@ -24,6 +24,8 @@ use tracing::{info, warn};
 use crate::kafka;
 use crate::replica::ReplicaOffsets;
 use crate::sinks::{self, Item, Part, Sinks};
+use crate::telemetry::metrics::TopicLabels;
+use crate::telemetry::{Component, Telemetry};
 
 /// Hand decoded rows to the sinks after this many records, and at least this often.
 const FLUSH_RECORDS: usize = 16 * 1024;
@@ -43,6 +45,8 @@ struct Pending {
     records: usize,
     /// Partitions whose first record was seen since assignment.
     started: HashMap<String, HashSet<i32>>,
+    /// Records read per topic since the last hand-over, for the metrics.
+    counts: HashMap<String, u64>,
 }
 
 impl Pending {
@@ -82,8 +86,10 @@ pub(crate) async fn run<R: SchemaResolver>(
     resolver: R,
     format: Format,
     sinks: Sinks,
+    shutdown_timeout: Duration,
 ) -> anyhow::Result<()> {
-    let (consumer, revoked) = kafka::subscribe(config)?;
+    let telemetry = sinks.telemetry.clone();
+    let (consumer, revoked) = kafka::subscribe(config, Some(telemetry.clone()))?;
     let consumer = Arc::new(consumer);
     let replica = sinks.replica.as_ref().map(|r| r.offsets());
     let raw_on = sinks.raw.is_some();
@@ -107,19 +113,28 @@ pub(crate) async fn run<R: SchemaResolver>(
             }
             let next = tokio::select! {
                 biased;
-                _ = int.recv() => break,
-                _ = term.recv() => break,
+                _ = int.recv() => {
+                    shutdown_deadline(shutdown_timeout);
+                    break;
+                }
+                _ = term.recv() => {
+                    shutdown_deadline(shutdown_timeout);
+                    break;
+                }
                 // The sinks stop on their own only on an error.
                 done = &mut sink_task => return Ok(Some(flatten(done))),
                 // Whatever was decoded goes to the sinks at least this often.
                 _ = idle.tick() => {
-                    hand_over(&mut decoder, &mut pending, &tx).await?;
+                    hand_over(&mut decoder, &mut pending, &tx, &telemetry).await?;
                     continue;
                 }
                 next = consumer.recv() => next,
             };
             match next {
-                Err(e) if kafka::is_transient(&e) => warn!(error = %e, "consumer: waiting"),
+                Err(e) if kafka::is_transient(&e) => {
+                    telemetry.metrics.retry(Component::Kafka.as_str());
+                    warn!(error = %e, "consumer: waiting");
+                }
                 Err(e) => return Err(e).context("consuming"),
                 Ok(msg) => {
                     if !pending.is_started(msg.topic(), msg.partition()) {
@@ -141,16 +156,24 @@ pub(crate) async fn run<R: SchemaResolver>(
                             continue;
                         }
                     }
-                    pending.batches.extend(decode(&mut decoder, &msg).await?);
+                    pending
+                        .batches
+                        .extend(decode(&mut decoder, &msg, &telemetry).await?);
                     pending.consumed(msg.topic(), msg.partition(), msg.offset() + 1);
                     pending.records += 1;
+                    match pending.counts.get_mut(msg.topic()) {
+                        Some(n) => *n += 1,
+                        None => {
+                            pending.counts.insert(msg.topic().to_owned(), 1);
+                        }
+                    }
                     if pending.records >= FLUSH_RECORDS {
-                        hand_over(&mut decoder, &mut pending, &tx).await?;
+                        hand_over(&mut decoder, &mut pending, &tx, &telemetry).await?;
                     }
                 }
             }
         }
-        hand_over(&mut decoder, &mut pending, &tx).await?;
+        hand_over(&mut decoder, &mut pending, &tx, &telemetry).await?;
         send(&tx, Item::Stop).await?;
         Ok(None)
     }
@@ -230,9 +253,23 @@ async fn hand_over<R: SchemaResolver>(
     decoder: &mut ChangeDecoder<R>,
     pending: &mut Pending,
     tx: &mpsc::Sender<Item>,
+    telemetry: &Telemetry,
 ) -> anyhow::Result<()> {
     pending.batches.extend(decoder.finish_all()?);
     pending.records = 0;
+    let m = &telemetry.metrics;
+    for (topic, n) in pending.counts.iter_mut().filter(|(_, n)| **n > 0) {
+        m.consumed
+            .get_or_create(&TopicLabels {
+                topic: topic.clone(),
+            })
+            .inc_by(std::mem::take(n));
+    }
+    let cache = decoder.cache_stats();
+    m.registry_cache_hits
+        .inc_by(cache.hits.saturating_sub(m.registry_cache_hits.get()));
+    m.registry_cache_misses
+        .inc_by(cache.misses.saturating_sub(m.registry_cache_misses.get()));
     if pending.consumed.is_empty() && pending.batches.is_empty() {
         return Ok(());
     }
@@ -251,17 +288,57 @@ async fn hand_over<R: SchemaResolver>(
 async fn decode<R: SchemaResolver>(
     decoder: &mut ChangeDecoder<R>,
     msg: &BorrowedMessage<'_>,
+    telemetry: &Telemetry,
 ) -> anyhow::Result<Vec<ChangeBatch>> {
     let mut backoff = Duration::from_millis(200);
+    let mut paused = false;
     loop {
         match kafka::push(decoder, msg).await {
-            Ok(batches) => return Ok(batches),
+            Ok(batches) => {
+                if paused {
+                    telemetry.status.resumed(None, Component::Registry);
+                }
+                return Ok(batches);
+            }
             Err(e) if e.is_retryable() => {
                 warn!(error = %e, retry_in = ?backoff, "registry unavailable");
+                telemetry.metrics.retry(Component::Registry.as_str());
+                // Every sink waits for the decoder.
+                telemetry
+                    .status
+                    .paused(None, Component::Registry, &e.to_string());
+                paused = true;
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
             Err(e) => return Err(e.into()),
         }
     }
+}
+
+/// After the first SIGTERM or SIGINT the pipeline flushes and commits; this bounds how long.
+/// Exiting with work unflushed loses nothing: offsets are stored only for durable records,
+/// so the next start reads the rest again. A second signal exits at once.
+fn shutdown_deadline(timeout: Duration) {
+    info!(deadline = ?timeout, "stopping: flushing the sinks, then committing");
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return;
+    };
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = tokio::time::sleep(timeout) => {
+                tracing::error!(deadline = ?timeout,
+                    "shutdown deadline passed before the sinks were flushed; exiting, \
+                     and what was not durable is read again on the next start");
+                std::process::exit(2);
+            }
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        warn!("second signal: exiting without flushing");
+        std::process::exit(130);
+    });
 }

@@ -5,13 +5,17 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use lakesink_config::ReplicaConfig;
 use lakesink_schema_registry::ChangeBatch;
 use lakesink_writers::{Applied, PgReplicator, ReplicaError};
 use tokio::task::JoinHandle;
 use tracing::warn;
+
+use crate::telemetry::metrics::SinkTopicLabels;
+use crate::telemetry::status::REPLICA;
+use crate::telemetry::{Component, Telemetry};
 
 type Part = (String, i32);
 
@@ -31,10 +35,15 @@ pub(crate) struct ReplicaSink {
     inflight: Option<JoinHandle<Result<Vec<Applied>, ReplicaError>>>,
     /// Per partition, records below this are in the replica already (from its offsets table).
     floor: HashMap<Part, i64>,
+    telemetry: Arc<Telemetry>,
 }
 
 impl ReplicaSink {
-    pub(crate) async fn connect(config: &ReplicaConfig, group: &str) -> anyhow::Result<Self> {
+    pub(crate) async fn connect(
+        config: &ReplicaConfig,
+        group: &str,
+        telemetry: Arc<Telemetry>,
+    ) -> anyhow::Result<Self> {
         let replicator = PgReplicator::connect(config).await?;
         Ok(Self {
             replicator: Arc::new(replicator),
@@ -48,6 +57,7 @@ impl ReplicaSink {
             inflight_start: HashMap::new(),
             inflight: None,
             floor: HashMap::new(),
+            telemetry,
         })
     }
 
@@ -56,6 +66,7 @@ impl ReplicaSink {
         ReplicaOffsets {
             replicator: self.replicator.clone(),
             group: self.group.clone(),
+            telemetry: self.telemetry.clone(),
         }
     }
 
@@ -101,16 +112,32 @@ impl ReplicaSink {
         self.inflight_start = std::mem::take(&mut self.pending_start);
         let replicator = self.replicator.clone();
         let group = self.group.clone();
+        let telemetry = self.telemetry.clone();
         self.inflight = Some(tokio::spawn(async move {
             let mut backoff = Duration::from_millis(200);
+            let mut paused = false;
             loop {
+                let began = Instant::now();
                 match replicator.apply(&group, &batches).await {
                     Err(e) if e.is_retryable() => {
                         warn!(error = %e, retry_in = ?backoff, "replica apply failed; retrying");
+                        telemetry.metrics.retry(Component::Database.as_str());
+                        let error = e.to_string();
+                        telemetry
+                            .status
+                            .paused(Some(REPLICA), Component::Database, &error);
+                        paused = true;
                         tokio::time::sleep(backoff).await;
                         backoff = (backoff * 2).min(MAX_BACKOFF);
                     }
-                    done => return done,
+                    Ok(applied) => {
+                        if paused {
+                            telemetry.status.resumed(Some(REPLICA), Component::Database);
+                        }
+                        committed(&telemetry, &batches, began.elapsed());
+                        return Ok(applied);
+                    }
+                    Err(e) => return Err(e),
                 }
             }
         }));
@@ -148,11 +175,46 @@ impl ReplicaSink {
     }
 }
 
+/// Metrics of one committed transaction.
+fn committed(telemetry: &Telemetry, batches: &[ChangeBatch], took: Duration) {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int64Type;
+    let m = &telemetry.metrics;
+    m.replica_commit_seconds.observe(took.as_secs_f64());
+    let now = chrono::Utc::now().timestamp_millis();
+    let mut rows = 0;
+    for b in batches {
+        let n = b.rows.num_rows();
+        rows += n;
+        m.written
+            .get_or_create(&SinkTopicLabels {
+                sink: REPLICA,
+                topic: b.topic.to_string(),
+            })
+            .inc_by(n as u64);
+        // Source commit to replica commit, for rows that carry the source's time.
+        let source_ts = b
+            .rows
+            .column_by_name("source")
+            .and_then(|c| c.as_struct_opt())
+            .and_then(|s| s.column_by_name("ts_ms"))
+            .and_then(|c| c.as_primitive_opt::<Int64Type>());
+        if let Some(ts) = source_ts {
+            for t in ts.iter().flatten() {
+                m.replica_latency_seconds
+                    .observe((now - t).max(0) as f64 / 1000.0);
+            }
+        }
+    }
+    m.replica_batch_rows.observe(rows as f64);
+}
+
 /// Looks up where the replica stands, from the replica's own offsets table.
 #[derive(Clone)]
 pub(crate) struct ReplicaOffsets {
     replicator: Arc<PgReplicator>,
     group: String,
+    telemetry: Arc<Telemetry>,
 }
 
 impl ReplicaOffsets {
@@ -163,15 +225,25 @@ impl ReplicaOffsets {
         partition: i32,
     ) -> anyhow::Result<Option<i64>> {
         let mut backoff = Duration::from_millis(200);
+        let status = &self.telemetry.status;
+        let mut paused = false;
         loop {
             match self
                 .replicator
                 .next_offsets(&self.group, topic, &[partition])
                 .await
             {
-                Ok(found) => return Ok(found.get(&partition).copied()),
+                Ok(found) => {
+                    if paused {
+                        status.resumed(Some(REPLICA), Component::Database);
+                    }
+                    return Ok(found.get(&partition).copied());
+                }
                 Err(e) if e.is_retryable() => {
                     warn!(error = %e, retry_in = ?backoff, "replica unavailable");
+                    self.telemetry.metrics.retry(Component::Database.as_str());
+                    status.paused(Some(REPLICA), Component::Database, &e.to_string());
+                    paused = true;
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                 }

@@ -16,6 +16,9 @@ use tracing::{info, warn};
 
 use crate::kafka::GroupConsumer;
 use crate::replica::{ReplicaSink, skip_below};
+use crate::telemetry::Telemetry;
+use crate::telemetry::metrics::SinkTopicLabels;
+use crate::telemetry::status::RAW;
 
 pub(crate) type Part = (String, i32);
 
@@ -26,6 +29,7 @@ const TICK: Duration = Duration::from_millis(200);
 pub(crate) struct Sinks {
     pub(crate) raw: Option<ParquetWriter>,
     pub(crate) replica: Option<ReplicaSink>,
+    pub(crate) telemetry: Arc<Telemetry>,
 }
 
 /// What the consuming side sends, in consumption order.
@@ -71,7 +75,7 @@ pub(crate) async fn run(
             || sinks.replica.as_ref().is_some_and(ReplicaSink::full) && applying);
         tokio::select! {
             Some(r) = next_receipt(&mut sinks.raw), if raw_uploading => {
-                uploaded(r?, &progress);
+                uploaded(r?, &progress, &sinks.telemetry);
                 progress.store(&consumer, &sinks);
             }
             done = finish_apply(&mut sinks.replica), if applying => {
@@ -124,7 +128,7 @@ pub(crate) async fn run(
     if let Some(raw) = &mut sinks.raw {
         raw.close_all(now_ms()).await?;
         while let Some(r) = raw.next_receipt().await {
-            uploaded(r?, &progress);
+            uploaded(r?, &progress, &sinks.telemetry);
         }
     }
     if let Some(rep) = &mut sinks.replica {
@@ -213,7 +217,19 @@ async fn finish_apply(replica: &mut Option<ReplicaSink>) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn uploaded(r: Receipt, progress: &Progress) {
+fn uploaded(r: Receipt, progress: &Progress, telemetry: &Telemetry) {
+    let m = &telemetry.metrics;
+    m.raw_flush_seconds
+        .observe(r.sealed_at.elapsed().as_secs_f64());
+    for &size in &r.file_sizes {
+        m.raw_file_bytes.observe(size as f64);
+    }
+    m.written
+        .get_or_create(&SinkTopicLabels {
+            sink: RAW,
+            topic: r.topic.to_string(),
+        })
+        .inc_by(r.rows);
     let part = (r.topic.to_string(), r.partition);
     if !progress.consumed.contains_key(&part) {
         // Revoked meanwhile: the new owner rewrites the same keys; nothing to store here.

@@ -29,7 +29,7 @@ pub(crate) async fn run<R: SchemaResolver>(
     resolver: R,
     format: Format,
 ) -> anyhow::Result<()> {
-    let (consumer, revoked) = kafka::subscribe(config)?;
+    let (consumer, revoked) = kafka::subscribe(config, None)?;
     let mut decoder = ChangeDecoder::new(resolver, format, FLUSH_RECORDS);
     // The next offset to store per partition, once what came before it is printed.
     let mut consumed: HashMap<(String, i32), i64> = HashMap::new();

@@ -178,6 +178,14 @@ pub struct ChangeDecoder<R> {
     /// Closed batches not yet handed over: a record that fails after closing a batch must not
     /// take that batch down with it.
     ready: Vec<ChangeBatch>,
+    cache: CacheStats,
+}
+
+/// Writer-schema lookups: answered from the decoder's cache, or sent to the resolver.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    pub hits: u64,
+    pub misses: u64,
 }
 
 impl<R: SchemaResolver> ChangeDecoder<R> {
@@ -191,7 +199,13 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
             open: HashMap::new(),
             topics: HashSet::new(),
             ready: Vec::new(),
+            cache: CacheStats::default(),
         }
+    }
+
+    /// Schema lookups so far.
+    pub fn cache_stats(&self) -> CacheStats {
+        self.cache
     }
 
     /// One side of a record: the schema it names and its Avro datum (converted from JSON for
@@ -250,8 +264,10 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
 
     async fn prepare(&mut self, schema: &SchemaRef) -> Result<Arc<Prepared>, ChangeErrorKind> {
         if let Some(p) = self.prepared.get(schema) {
+            self.cache.hits += 1;
             return Ok(p.clone());
         }
+        self.cache.misses += 1;
         let resolved = self.resolver.resolve(schema).await?;
         let p = Prepared::new(WriterSchema::parse(&resolved)?);
         self.prepared.insert(schema.clone(), p.clone());

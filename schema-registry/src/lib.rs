@@ -10,7 +10,8 @@ pub mod framing;
 pub mod registry;
 
 pub use change::{
-    ChangeBatch, ChangeDecoder, ChangeError, Format, KafkaRecord, NonData, Pushed, ValueShape,
+    CacheStats, ChangeBatch, ChangeDecoder, ChangeError, Format, KafkaRecord, NonData, Pushed,
+    ValueShape,
 };
 pub use framing::{Encoding, Framed, FramingError, IdKind, SchemaRef, Side, unframe};
 pub use registry::{

@@ -30,6 +30,8 @@ pub struct Run {
     pub prefix: String,
     pub partitions: i32,
     pub config: PathBuf,
+    /// Where the run serves `/metrics`, `/health`, `/ready` and `/status`.
+    pub http: std::net::SocketAddr,
 }
 
 impl Run {
@@ -50,6 +52,7 @@ impl Run {
         let dir = std::env::temp_dir().join(unique("lakesink-test"));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let config = dir.join("lakesink.toml");
+        let http = free_port();
         let text = format!(
             r#"
 [kafka]
@@ -61,6 +64,10 @@ properties = {{ "session.timeout.ms" = "6000", "heartbeat.interval.ms" = "1000" 
 
 [registry]
 url = "{registry}"
+
+[service]
+http-listen = "{http}"
+shutdown-timeout-ms = 60000
 
 {sections}
 "#,
@@ -97,12 +104,19 @@ allow-http = true
             prefix,
             partitions,
             config,
+            http,
         }
     }
 
     pub fn start(&self, failpoint: Option<&str>) -> Child {
+        self.start_with(failpoint, &[])
+    }
+
+    /// As [`Run::start`], with `LAKESINK__…` overrides or other variables set.
+    pub fn start_with(&self, failpoint: Option<&str>, env: &[(&str, &str)]) -> Child {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_lakesink"));
         cmd.args(["run", "--config"]).arg(&self.config);
+        cmd.envs(env.iter().copied());
         if let Some(fp) = failpoint {
             cmd.env("LAKESINK_FAILPOINTS", fp);
         }
@@ -255,6 +269,27 @@ allow-http = true
         rows.sort();
         (rows, metas.len())
     }
+}
+
+/// A loopback address with a port nobody listens on now.
+pub fn free_port() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+}
+
+/// GET `path` from a run's HTTP endpoint: (status, body).
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> Option<(u16, String)> {
+    let r = reqwest::get(format!("http://{addr}{path}")).await.ok()?;
+    let status = r.status().as_u16();
+    Some((status, r.text().await.ok()?))
+}
+
+/// A metric's value from an OpenMetrics text, by its full name and labels as printed.
+pub fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
 }
 
 pub fn expected(partitions: i32, count: i64) -> (Vec<(i32, i64)>, BTreeMap<i32, i64>) {

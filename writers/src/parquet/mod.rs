@@ -55,6 +55,10 @@ pub struct Receipt {
     pub files: usize,
     pub rows: u64,
     pub bytes: u64,
+    /// Each file's size.
+    pub file_sizes: Vec<u64>,
+    /// When the segment was closed: its files were complete in memory from then on.
+    pub sealed_at: std::time::Instant,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -597,6 +601,8 @@ impl ParquetWriter {
             files: sealed.len(),
             rows: marker.rows,
             bytes: bytes as u64,
+            file_sizes: sealed.iter().map(|f| f.len() as u64).collect(),
+            sealed_at: std::time::Instant::now(),
         };
         self.uploads.spawn(async move {
             failpoint::hit("raw.before-upload");

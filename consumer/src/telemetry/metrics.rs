@@ -1,0 +1,157 @@
+//! The Prometheus metrics: one registry per process, rendered at `/metrics`.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct TopicLabels {
+    pub(crate) topic: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct SinkTopicLabels {
+    pub(crate) sink: &'static str,
+    pub(crate) topic: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct PartitionLabels {
+    pub(crate) topic: String,
+    pub(crate) partition: i32,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ComponentLabels {
+    pub(crate) component: &'static str,
+}
+
+pub(crate) struct Metrics {
+    registry: Registry,
+    /// Records read from Kafka, rows and non-rows alike.
+    pub(crate) consumed: Family<TopicLabels, Counter>,
+    /// Rows made durable by a sink (files complete, transaction committed).
+    pub(crate) written: Family<SinkTopicLabels, Counter>,
+    pub(crate) lag: Family<PartitionLabels, Gauge>,
+    /// Raw layer: from a segment's close to all of its files being visible.
+    pub(crate) raw_flush_seconds: Histogram,
+    pub(crate) raw_file_bytes: Histogram,
+    /// Replica: one transaction, from BEGIN to COMMIT returned.
+    pub(crate) replica_commit_seconds: Histogram,
+    pub(crate) replica_batch_rows: Histogram,
+    /// Replica: from the source database's commit (`source.ts_ms`) to the replica's.
+    pub(crate) replica_latency_seconds: Histogram,
+    pub(crate) retries: Family<ComponentLabels, Counter>,
+    pub(crate) registry_cache_hits: Counter<u64, AtomicU64>,
+    pub(crate) registry_cache_misses: Counter<u64, AtomicU64>,
+}
+
+impl Metrics {
+    pub(crate) fn new() -> Self {
+        let mut registry = Registry::with_prefix("lakesink");
+        let consumed = Family::<TopicLabels, Counter>::default();
+        registry.register(
+            "records_consumed",
+            "Records read from Kafka",
+            consumed.clone(),
+        );
+        let written = Family::<SinkTopicLabels, Counter>::default();
+        registry.register(
+            "sink_rows",
+            "Rows made durable by a sink (raw: files visible; replica: committed)",
+            written.clone(),
+        );
+        let lag = Family::<PartitionLabels, Gauge>::default();
+        registry.register(
+            "consumer_lag",
+            "Records between the consumer's position and the partition's end",
+            lag.clone(),
+        );
+        let seconds = || Histogram::new(exponential_buckets(0.001, 2.0, 18));
+        let raw_flush_seconds = seconds();
+        registry.register_with_unit(
+            "raw_flush",
+            "From a segment's close until all of its files are visible in the store",
+            Unit::Seconds,
+            raw_flush_seconds.clone(),
+        );
+        let raw_file_bytes = Histogram::new(exponential_buckets(1024.0, 4.0, 12));
+        registry.register_with_unit(
+            "raw_file_size",
+            "Size of each Parquet file written",
+            Unit::Bytes,
+            raw_file_bytes.clone(),
+        );
+        let replica_commit_seconds = seconds();
+        registry.register_with_unit(
+            "replica_commit",
+            "Duration of one replica transaction, BEGIN to COMMIT",
+            Unit::Seconds,
+            replica_commit_seconds.clone(),
+        );
+        let replica_batch_rows = Histogram::new(exponential_buckets(1.0, 4.0, 10));
+        registry.register(
+            "replica_batch_rows",
+            "Change rows in one replica transaction",
+            replica_batch_rows.clone(),
+        );
+        let replica_latency_seconds = seconds();
+        registry.register_with_unit(
+            "replica_latency",
+            "From the source commit (source.ts_ms) to the replica commit, per row",
+            Unit::Seconds,
+            replica_latency_seconds.clone(),
+        );
+        let retries = Family::<ComponentLabels, Counter>::default();
+        registry.register(
+            "retries",
+            "Retried operations, by component (database, registry, kafka)",
+            retries.clone(),
+        );
+        let registry_cache_hits = Counter::default();
+        registry.register(
+            "registry_cache_hits",
+            "Writer schema lookups answered from the process's cache",
+            registry_cache_hits.clone(),
+        );
+        let registry_cache_misses = Counter::default();
+        registry.register(
+            "registry_cache_misses",
+            "Writer schema lookups that asked the schema registry",
+            registry_cache_misses.clone(),
+        );
+        Self {
+            registry,
+            consumed,
+            written,
+            lag,
+            raw_flush_seconds,
+            raw_file_bytes,
+            replica_commit_seconds,
+            replica_batch_rows,
+            replica_latency_seconds,
+            retries,
+            registry_cache_hits,
+            registry_cache_misses,
+        }
+    }
+
+    /// The OpenMetrics text exposition.
+    pub(crate) fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    pub(crate) fn retry(&self, component: &'static str) {
+        self.retries
+            .get_or_create(&ComponentLabels { component })
+            .inc();
+    }
+}

@@ -1,0 +1,27 @@
+//! What an operator sees: metrics, each sink's status, alerts, and the HTTP endpoint that
+//! serves them.
+
+pub(crate) mod alerts;
+pub(crate) mod http;
+pub(crate) mod metrics;
+pub(crate) mod status;
+
+pub(crate) use metrics::Metrics;
+pub(crate) use status::{Component, Status};
+
+/// Shared by the consuming side, the sinks and the HTTP endpoint.
+pub(crate) struct Telemetry {
+    pub(crate) metrics: Metrics,
+    pub(crate) status: Status,
+    pub(crate) alerter: Option<alerts::Alerter>,
+}
+
+impl Telemetry {
+    pub(crate) fn new(sinks: &[&'static str], alerter: Option<alerts::Alerter>) -> Self {
+        Self {
+            metrics: Metrics::new(),
+            status: Status::new(sinks, alerter.clone()),
+            alerter,
+        }
+    }
+}
