@@ -1,30 +1,52 @@
-//! The replica's PostgreSQL restarts while lakesink applies to it: lakesink retries with
-//! capped backoff without moving offsets, and the replica ends equal to what was produced.
-//! Its own test binary, so no other test uses the replica cluster while it restarts.
+//! The replica's PostgreSQL goes down while lakesink applies to it: lakesink retries with
+//! capped backoff without moving offsets, posts one alert and one recovery to the webhook,
+//! and the replica ends equal to what was produced. Its own test binary, so no other test
+//! uses the replica cluster while it is down.
 
 mod common;
 
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{BASE_TS, Run, expected};
+use common::{BASE_TS, Run, Webhook, expected, http_get};
 use lakesink_tests::workload::Table;
 use lakesink_tests::{Stack, unique};
 use sqlx::postgres::PgPoolOptions;
 
-fn restart_replica_cluster() {
-    let status = Command::new("pg_ctlcluster")
-        .args([
-            "--skip-systemctl-redirect",
-            "15",
-            "lakesink-replica",
-            "restart",
-            "-m",
-            "fast",
-        ])
-        .status()
-        .expect("pg_ctlcluster runs");
-    assert!(status.success(), "restarting the replica cluster: {status}");
+fn replica_cluster(action: &str) {
+    let mut cmd = Command::new("pg_ctlcluster");
+    cmd.args([
+        "--skip-systemctl-redirect",
+        "15",
+        "lakesink-replica",
+        action,
+    ]);
+    if action == "stop" {
+        cmd.args(["-m", "fast"]);
+    }
+    // The server it starts must not inherit the test's output pipes: it outlives the test.
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let status = cmd.status().expect("pg_ctlcluster runs");
+    assert!(status.success(), "{action} the replica cluster: {status}");
+}
+
+/// Starts the cluster again when dropped, so a failing test does not leave it down for the
+/// other tests.
+struct Down;
+
+impl Down {
+    fn stop() -> Self {
+        replica_cluster("stop");
+        Down
+    }
+}
+
+impl Drop for Down {
+    fn drop(&mut self) {
+        replica_cluster("start");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -32,38 +54,65 @@ async fn a_replica_restart_mid_stream_loses_nothing() {
     let stack = Stack::from_env();
     let topic = unique("replica-restart");
     let (partitions, count) = (2, 40_000);
-    let table = Table::create(&stack, &topic, partitions).await;
-    let s = stack.clone();
-    tokio::task::spawn_blocking(move || table.produce(&s, partitions, count, BASE_TS))
-        .await
-        .expect("produce");
+    let table = std::sync::Arc::new(Table::create(&stack, &topic, partitions).await);
+    let produce = async |ids: std::ops::Range<i64>| {
+        let (s, t) = (stack.clone(), table.clone());
+        tokio::task::spawn_blocking(move || t.produce_range(&s, partitions, ids, BASE_TS))
+            .await
+            .expect("produce");
+    };
+    produce(0..count / 2).await;
+    let hook = Webhook::start().await;
     let run = Run::with(
         stack.clone(),
         &topic,
         partitions,
         None,
         &format!(
-            "[replica]\nurl = \"{}\"\nbatch-max-rows = 2000\n",
-            stack.replica_pg_url
+            "[replica]\nurl = \"{}\"\nbatch-max-rows = 2000\n\n[alerts]\nwebhook-url = \"{}\"\n",
+            stack.replica_pg_url, hook.url
         ),
     );
     let mut child = run.start(None);
-    // Restart once some but not all records are in.
+    // The first half applied, then the database goes down and the second half arrives.
+    let (_, half) = expected(partitions, count / 2);
     let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let done: i64 = run.committed().values().sum();
-        if done > 0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "nothing was committed");
-        assert!(child.try_wait().expect("wait").is_none(), "lakesink exited");
+    while run.committed() != half {
+        assert!(Instant::now() < deadline, "the first half was not applied");
+        assert!(
+            child.try_wait().expect("wait").is_none(),
+            "lakesink exited:\n{}",
+            run.log_tail()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
-    restart_replica_cluster();
-    let _ = child.try_wait();
+    let down = Down::stop();
+    produce(count / 2..count).await;
+    // Down long enough for lakesink to notice: the sink pauses and the alert goes out.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let paused = http_get(run.http, "/status").await.is_some_and(|(_, s)| {
+            serde_json::from_str::<serde_json::Value>(&s)
+                .is_ok_and(|v| v["sinks"]["replica"]["state"] == "PAUSED")
+        });
+        if paused && !hook.alerts().is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the outage was not reported; log:\n{}",
+            run.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (status, _) = http_get(run.http, "/ready").await.expect("/ready");
+    assert_eq!(status, 503, "not ready while the database is down");
+    // More failed retries while it is down: still one alert.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    drop(down);
     assert!(
         child.try_wait().expect("wait").is_none(),
-        "lakesink must ride out the restart, not exit"
+        "lakesink must ride out the outage, not exit"
     );
     let (_, end) = expected(partitions, count);
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -76,6 +125,21 @@ async fn a_replica_restart_mid_stream_loses_nothing() {
         assert!(child.try_wait().expect("wait").is_none(), "lakesink exited");
         std::thread::sleep(Duration::from_millis(250));
     }
+    let recovered = Instant::now() + Duration::from_secs(10);
+    while hook.alerts().len() < 2 && Instant::now() < recovered {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let database = |state: &str| {
+        (
+            "replica".to_owned(),
+            "database".to_owned(),
+            state.to_owned(),
+        )
+    };
+    assert_eq!(
+        hook.alerts(),
+        vec![database("failing"), database("recovered")]
+    );
     Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()

@@ -321,3 +321,75 @@ pub fn assert_exactly_once(got: &[(i32, i64)], want: &[(i32, i64)]) {
     assert!(missing.is_empty(), "rows missing, e.g. {missing:?}");
     assert_eq!(got, want);
 }
+
+/// A webhook receiver on loopback: every JSON body posted to it, in order.
+pub struct Webhook {
+    pub url: String,
+    pub posts: Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
+}
+
+impl Webhook {
+    pub async fn start() -> Self {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}/hook", listener.local_addr().expect("addr"));
+        let posts = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let store = posts.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    // Several requests may come over one kept-alive connection.
+                    loop {
+                        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                            match s.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                            }
+                            continue;
+                        };
+                        let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+                        let len: usize = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse().ok())
+                            .unwrap_or(0);
+                        while buf.len() < end + 4 + len {
+                            match s.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                            }
+                        }
+                        let body: Vec<u8> = buf.drain(..end + 4 + len).skip(end + 4).collect();
+                        if let Ok(v) = serde_json::from_slice(&body)
+                            && let Ok(mut p) = store.lock()
+                        {
+                            p.push(v);
+                        }
+                        let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
+                        if s.write_all(ok).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Self { url, posts }
+    }
+
+    /// (sink, component, state) of each alert so far.
+    pub fn alerts(&self) -> Vec<(String, String, String)> {
+        let posts = self.posts.lock().expect("posts");
+        posts
+            .iter()
+            .map(|v| {
+                let s = |k: &str| v[k].as_str().unwrap_or_default().to_owned();
+                (s("sink"), s("component"), s("state"))
+            })
+            .collect()
+    }
+}
