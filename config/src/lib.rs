@@ -3,6 +3,7 @@
 //!
 //! This is the only crate that reads the process environment.
 
+mod errors;
 mod overrides;
 mod raw;
 mod replica;
@@ -13,6 +14,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+pub use errors::{ErrorsConfig, Tolerance};
 pub use overrides::ENV_PREFIX;
 pub use raw::{
     Codec, Content, PartitionerKind, RawConfig, StoreConfig, TimestampSource, Tombstones,
@@ -36,6 +38,9 @@ pub struct Config {
     pub service: ServiceConfig,
     /// Webhook alerts; absent means none are sent.
     pub alerts: Option<AlertsConfig>,
+    /// Bad records: stop (the default) or send them to a dead-letter topic.
+    #[serde(default)]
+    pub errors: ErrorsConfig,
 }
 
 /// Where records come from: one consumer group over a topic list or a regex.
@@ -249,6 +254,7 @@ impl Config {
                 reason: "use basic auth (username, password) or oauth, not both".into(),
             });
         }
+        self.errors.validate()?;
         if let Some(raw) = &self.raw {
             raw.validate()?;
         }
@@ -323,6 +329,40 @@ mod tests {
     fn env_override_of_unknown_key_names_the_variable() {
         let err = parse(BASE, &[("LAKESINK__KAFKA__NOPE", "1")]).unwrap_err();
         assert!(err.to_string().contains("nope"), "{err}");
+    }
+
+    #[test]
+    fn tolerating_errors_needs_a_dead_letter_topic() {
+        let err = parse(&format!("{BASE}\n[errors]\ntolerance = \"all\"\n"), &[]).unwrap_err();
+        assert!(matches!(
+            err,
+            ConfigError::Invalid {
+                field: "errors.dead-letter-topic",
+                ..
+            }
+        ));
+        let c = parse(
+            &format!("{BASE}\n[errors]\ntolerance = \"all\"\ndead-letter-topic = \"dlq\"\n"),
+            &[],
+        )
+        .expect("valid");
+        assert_eq!(c.errors.tolerance, Tolerance::All);
+        assert!(c.errors.dead_letter_context_headers);
+        assert_eq!(
+            parse(BASE, &[]).expect("valid").errors.tolerance,
+            Tolerance::None
+        );
+    }
+
+    #[test]
+    fn the_service_section_has_defaults_and_can_be_turned_off() {
+        let c = parse(BASE, &[]).expect("valid");
+        assert_eq!(c.service.http_listen, Some(([127, 0, 0, 1], 9400).into()));
+        assert_eq!(c.service.shutdown_timeout_ms, 30_000);
+        let c = parse(BASE, &[("LAKESINK__SERVICE__HTTP_LISTEN", "off")]).expect("valid");
+        assert_eq!(c.service.http_listen, None);
+        let err = parse(BASE, &[("LAKESINK__SERVICE__HTTP_LISTEN", "nowhere")]).unwrap_err();
+        assert!(err.to_string().contains("nowhere"), "{err}");
     }
 
     #[test]

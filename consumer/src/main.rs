@@ -1,5 +1,6 @@
 //! The `lakesink` binary.
 
+mod dead_letter;
 mod kafka;
 mod pipeline;
 mod replica;
@@ -21,6 +22,7 @@ use lakesink_schema_registry::{
 use lakesink_writers::ReplicaError;
 use lakesink_writers::parquet::{ParquetWriter, RawError};
 
+use dead_letter::DeadLetters;
 use telemetry::alerts::Alerter;
 use telemetry::status::{RAW, REPLICA};
 use telemetry::{Component, Telemetry};
@@ -122,13 +124,17 @@ async fn run(config: &Config, telemetry: Arc<Telemetry>) -> anyhow::Result<()> {
         telemetry,
     };
     let shutdown = Duration::from_millis(config.service.shutdown_timeout_ms);
+    let dead = DeadLetters::new(&config.kafka, &config.errors)?;
     match record_format(config)? {
         format @ Format::Avro { .. } => {
             let registry =
                 CachedResolver::new(HttpRegistry::new(registry_config(&config.registry)?)?);
-            pipeline::run(&config.kafka, registry, format, sinks, shutdown).await
+            pipeline::run(&config.kafka, registry, format, sinks, shutdown, dead).await
         }
-        format => pipeline::run(&config.kafka, FixedResolver::new(), format, sinks, shutdown).await,
+        format => {
+            let resolver = FixedResolver::new();
+            pipeline::run(&config.kafka, resolver, format, sinks, shutdown, dead).await
+        }
     }
 }
 

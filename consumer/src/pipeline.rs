@@ -21,6 +21,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
+use crate::dead_letter::DeadLetters;
 use crate::kafka;
 use crate::replica::ReplicaOffsets;
 use crate::sinks::{self, Item, Part, Sinks};
@@ -89,6 +90,7 @@ pub(crate) async fn run<R: SchemaResolver>(
     format: Format,
     sinks: Sinks,
     shutdown_timeout: Duration,
+    dead_letters: Option<DeadLetters>,
 ) -> anyhow::Result<()> {
     let telemetry = sinks.telemetry.clone();
     let (consumer, revoked) = kafka::subscribe(config, Some(telemetry.clone()))?;
@@ -158,9 +160,9 @@ pub(crate) async fn run<R: SchemaResolver>(
                             continue;
                         }
                     }
-                    pending
-                        .batches
-                        .extend(decode(&mut decoder, &msg, &telemetry).await?);
+                    pending.batches.extend(
+                        decode(&mut decoder, &msg, &telemetry, dead_letters.as_ref()).await?,
+                    );
                     pending.consumed(msg.topic(), msg.partition(), msg.offset() + 1);
                     pending.records += 1;
                     match pending.counts.get_mut(msg.topic()) {
@@ -291,6 +293,7 @@ async fn decode<R: SchemaResolver>(
     decoder: &mut ChangeDecoder<R>,
     msg: &BorrowedMessage<'_>,
     telemetry: &Telemetry,
+    dead_letters: Option<&DeadLetters>,
 ) -> anyhow::Result<Vec<ChangeBatch>> {
     let mut backoff = Duration::from_millis(200);
     let mut paused = false;
@@ -312,6 +315,21 @@ async fn decode<R: SchemaResolver>(
                 paused = true;
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+            Err(e) if e.is_bad_record() && dead_letters.is_some() => {
+                let Some(dl) = dead_letters else {
+                    return Err(e.into());
+                };
+                dl.send(msg, &e).await?;
+                warn!(error = %e, dead_letter_topic = dl.topic(), "bad record sent to the dead-letter topic");
+                telemetry
+                    .metrics
+                    .dead_letters
+                    .get_or_create(&TopicLabels {
+                        topic: msg.topic().to_owned(),
+                    })
+                    .inc();
+                return Ok(Vec::new());
             }
             Err(e) => return Err(e.into()),
         }

@@ -130,6 +130,16 @@ struct Split<'a> {
 }
 
 impl ChangeError {
+    /// Whether the record itself is at fault (bad framing or data, an id the registry does
+    /// not know), so other records can still be decoded; not a registry that refuses or
+    /// misbehaves, which would fail every record alike.
+    pub fn is_bad_record(&self) -> bool {
+        match &self.kind {
+            ChangeErrorKind::Registry(e) => matches!(e, crate::RegistryError::NotFound { .. }),
+            _ => true,
+        }
+    }
+
     /// Whether retrying the same record later can succeed (the registry was unreachable).
     pub fn is_retryable(&self) -> bool {
         matches!(&self.kind, ChangeErrorKind::Registry(e) if e.is_retryable())

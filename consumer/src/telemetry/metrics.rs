@@ -47,6 +47,8 @@ pub(crate) struct Metrics {
     /// Replica: from the source database's commit (`source.ts_ms`) to the replica's.
     pub(crate) replica_latency_seconds: Histogram,
     pub(crate) retries: Family<ComponentLabels, Counter>,
+    /// Records copied to the dead-letter topic, by their topic.
+    pub(crate) dead_letters: Family<TopicLabels, Counter>,
     pub(crate) registry_cache_hits: Counter<u64, AtomicU64>,
     pub(crate) registry_cache_misses: Counter<u64, AtomicU64>,
 }
@@ -113,6 +115,12 @@ impl Metrics {
             "Retried operations, by component (database, registry, kafka)",
             retries.clone(),
         );
+        let dead_letters = Family::<TopicLabels, Counter>::default();
+        registry.register(
+            "dead_letters",
+            "Records that could not be decoded, copied to the dead-letter topic",
+            dead_letters.clone(),
+        );
         let registry_cache_hits = Counter::default();
         registry.register(
             "registry_cache_hits",
@@ -136,6 +144,7 @@ impl Metrics {
             replica_batch_rows,
             replica_latency_seconds,
             retries,
+            dead_letters,
             registry_cache_hits,
             registry_cache_misses,
         }

@@ -1,0 +1,125 @@
+//! `errors.tolerance = "all"`: a record that cannot be decoded is copied to the dead-letter
+//! topic with Kafka Connect's context headers, and the records around it reach both sinks.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::{BASE_TS, Run, http_get, metric};
+use lakesink_tests::workload::Table;
+use lakesink_tests::{Stack, unique};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Headers;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{ClientConfig, Message};
+use sqlx::postgres::PgPoolOptions;
+
+const BAD: &[u8] = b"\x07not an Avro record";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bad_record_goes_to_the_dead_letter_topic_and_the_rest_goes_on() {
+    let stack = Stack::from_env();
+    let topic = unique("dead-letter");
+    let dlq = format!("{topic}.dlq");
+    let table = std::sync::Arc::new(Table::create(&stack, &topic, 1).await);
+    let (s, t) = (stack.clone(), table.clone());
+    let key = table.key(1_000_000);
+    tokio::task::spawn_blocking(move || {
+        t.produce_range(&s, 1, 0..1000, BASE_TS);
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", &s.kafka_brokers)
+            .create()
+            .expect("producer");
+        producer
+            .send(BaseRecord::to(&t.topic).key(&key).payload(BAD))
+            .map_err(|(e, _)| e)
+            .expect("send");
+        producer.flush(Duration::from_secs(10)).expect("flush");
+        t.produce_range(&s, 1, 1000..2000, BASE_TS);
+    })
+    .await
+    .expect("produce");
+
+    let run = Run::with(
+        stack.clone(),
+        &topic,
+        1,
+        Some("flush-size = 500"),
+        &format!(
+            "[errors]\ntolerance = \"all\"\ndead-letter-topic = \"{dlq}\"\n\n[replica]\nurl = \"{}\"\n",
+            stack.replica_pg_url
+        ),
+    );
+    let mut child = run.start(None);
+    let end = BTreeMap::from([(0, 2001)]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while run.committed() != end {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "offsets {:?}; log:\n{}",
+            run.committed(),
+            run.log_tail()
+        );
+        assert!(
+            child.try_wait().expect("wait").is_none(),
+            "lakesink exited:\n{}",
+            run.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (_, m) = http_get(run.http, "/metrics").await.expect("/metrics");
+    let dead = format!("lakesink_dead_letters_total{{topic=\"{topic}\"}}");
+    assert_eq!(metric(&m, &dead), Some(1.0), "{m}");
+    child.kill().expect("kill");
+    child.wait().expect("wait");
+
+    // The dead letter: the record as it was, and where it came from.
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &stack.kafka_brokers)
+        .set("group.id", unique("dlq-reader"))
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .expect("consumer");
+    consumer.subscribe(&[&dlq]).expect("subscribe");
+    // poll also returns None after serving a group event: read until a deadline.
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    let msg = loop {
+        match consumer.poll(Duration::from_secs(1)) {
+            Some(Ok(m)) => break m,
+            Some(Err(e)) => panic!("reading {dlq}: {e}"),
+            None => assert!(std::time::Instant::now() < until, "nothing in {dlq}"),
+        }
+    };
+    assert_eq!(msg.payload(), Some(BAD));
+    assert_eq!(msg.key(), Some(table.key(1_000_000).as_slice()));
+    let header = |name: &str| {
+        msg.headers()
+            .and_then(|hs| hs.iter().find(|h| h.key == name))
+            .and_then(|h| h.value)
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+    };
+    assert_eq!(header("__connect.errors.topic"), Some(topic.clone()));
+    assert_eq!(header("__connect.errors.partition"), Some("0".into()));
+    assert_eq!(header("__connect.errors.offset"), Some("1000".into()));
+    let error = header("__connect.errors.exception.message").expect("error header");
+    assert!(error.contains("offset 1000"), "{error}");
+
+    // Everything else reached both sinks.
+    let (rows, _) = run.rows().await;
+    assert_eq!(rows.len(), 2000);
+    assert!(!rows.contains(&(0, 1000)));
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&stack.replica_pg_url)
+        .await
+        .expect("replica reachable");
+    let (n,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*) FROM public.\"{topic}\""
+    )))
+    .fetch_one(&pool)
+    .await
+    .expect("replica table");
+    let alive = (0..2000).filter(|i| i % 50 != 49).count() as i64;
+    assert_eq!(n, alive);
+}
