@@ -60,6 +60,9 @@ pub struct RawConfig {
     /// Tombstones: kept as key-only rows marked `__tombstone`, or skipped.
     #[serde(default)]
     pub tombstones: Tombstones,
+    /// Add the Kafka record headers as a `__headers` column (list of key/value structs).
+    #[serde(default)]
+    pub headers: bool,
     /// `parquet.codec`.
     #[serde(default)]
     pub codec: Codec,

@@ -1,6 +1,7 @@
 //! The `lakesink` binary.
 
 mod dead_letter;
+mod headers;
 mod kafka;
 mod pipeline;
 mod replica;

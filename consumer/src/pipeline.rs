@@ -12,6 +12,7 @@ use std::time::Duration;
 use anyhow::Context;
 use lakesink_config::KafkaConfig;
 use lakesink_schema_registry::{ChangeBatch, ChangeDecoder, Format, SchemaResolver};
+use lakesink_writers::parquet::ParquetWriter;
 use rdkafka::Message;
 use rdkafka::Offset;
 use rdkafka::consumer::{CommitMode, Consumer};
@@ -22,6 +23,7 @@ use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use crate::dead_letter::DeadLetters;
+use crate::headers::HeaderLog;
 use crate::kafka;
 use crate::replica::ReplicaOffsets;
 use crate::sinks::{self, Item, Part, Sinks};
@@ -50,6 +52,8 @@ struct Pending {
     started: HashMap<String, HashSet<i32>>,
     /// Records read per topic since the last hand-over, for the metrics.
     counts: HashMap<String, u64>,
+    /// Kafka headers, kept for the raw layer's `__headers` column when it is on.
+    headers: Option<HeaderLog>,
 }
 
 impl Pending {
@@ -80,6 +84,9 @@ impl Pending {
         if let Some(p) = self.started.get_mut(&part.0) {
             p.remove(&part.1);
         }
+        if let Some(h) = &mut self.headers {
+            h.forget(&part.0, part.1);
+        }
     }
 }
 
@@ -97,10 +104,14 @@ pub(crate) async fn run<R: SchemaResolver>(
     let consumer = Arc::new(consumer);
     let replica = sinks.replica.as_ref().map(|r| r.offsets());
     let raw_on = sinks.raw.is_some();
+    let with_headers = sinks.raw.as_ref().is_some_and(ParquetWriter::with_headers);
     let (tx, rx) = mpsc::channel(CHANNEL_ITEMS);
     let mut sink_task = tokio::spawn(sinks::run(sinks, rx, consumer.clone()));
     let mut decoder = ChangeDecoder::new(resolver, format, BATCH_ROWS);
-    let mut pending = Pending::default();
+    let mut pending = Pending {
+        headers: with_headers.then(HeaderLog::default),
+        ..Pending::default()
+    };
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let mut idle = tokio::time::interval(FLUSH_IDLE);
@@ -159,6 +170,9 @@ pub(crate) async fn run<R: SchemaResolver>(
                                 })?;
                             continue;
                         }
+                    }
+                    if let Some(h) = &mut pending.headers {
+                        h.record(&msg);
                     }
                     pending.batches.extend(
                         decode(&mut decoder, &msg, &telemetry, dead_letters.as_ref()).await?,
@@ -261,6 +275,16 @@ async fn hand_over<R: SchemaResolver>(
 ) -> anyhow::Result<()> {
     pending.batches.extend(decoder.finish_all()?);
     pending.records = 0;
+    if let Some(h) = &mut pending.headers {
+        let batches = std::mem::take(&mut pending.batches);
+        for b in batches {
+            let (topic, partition) = (b.topic.clone(), b.partition);
+            let b = h.attach(b).map_err(|e| {
+                anyhow::anyhow!("{topic}[{partition}]: adding the headers column: {e}")
+            })?;
+            pending.batches.push(b);
+        }
+    }
     let m = &telemetry.metrics;
     for (topic, n) in pending.counts.iter_mut().filter(|(_, n)| **n > 0) {
         m.consumed

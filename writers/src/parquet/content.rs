@@ -47,6 +47,9 @@ pub fn shape(batch: &ChangeBatch, content: Content) -> Result<RecordBatch, Strin
         Content::Flattened => {
             push(&mut fields, "__offset")?;
             push(&mut fields, "__timestamp")?;
+            if rows.schema().column_with_name(HEADERS).is_some() {
+                push(&mut fields, HEADERS)?;
+            }
             let image: Option<ArrayRef> = match batch.shape {
                 ValueShape::Envelope => {
                     let after = rows.column_by_name("after");
@@ -93,6 +96,9 @@ pub fn shape(batch: &ChangeBatch, content: Content) -> Result<RecordBatch, Strin
     }
     RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).map_err(|e| e.to_string())
 }
+
+/// The column of Kafka record headers, when the pipeline adds it.
+pub const HEADERS: &str = "__headers";
 
 /// `after` where it is set, else `before` (deletes).
 fn row_image(after: &ArrayRef, before: &ArrayRef) -> Result<ArrayRef, String> {

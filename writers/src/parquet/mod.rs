@@ -114,6 +114,7 @@ struct Settings {
     props: WriterProperties,
     content: lakesink_config::Content,
     skip_tombstones: bool,
+    with_headers: bool,
     budget: usize,
     part_size: usize,
     marker_prefix: String,
@@ -170,6 +171,12 @@ pub struct ParquetWriter {
 }
 
 impl ParquetWriter {
+    /// Whether rows should come with a `__headers` column (`headers = true`); the caller
+    /// adds it, since the decoded batches do not carry headers.
+    pub fn with_headers(&self) -> bool {
+        self.s.with_headers
+    }
+
     pub fn new(config: &RawConfig) -> Result<Self, RawError> {
         let (store, prefix) = store::open(&config.url, &config.store).map_err(RawError::Config)?;
         Self::with_store(config, store, prefix)
@@ -240,6 +247,7 @@ impl ParquetWriter {
             props,
             content: config.content,
             skip_tombstones: config.tombstones == Tombstones::Skip,
+            with_headers: config.headers,
             budget: usize::try_from(config.memory_budget_bytes).unwrap_or(usize::MAX),
             part_size: config.part_size_bytes,
             marker_prefix: config.marker_prefix.clone(),
