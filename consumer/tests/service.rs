@@ -222,14 +222,16 @@ async fn shutdown_gives_up_at_the_deadline() {
             ("LAKESINK__SERVICE__SHUTDOWN_TIMEOUT_MS", "3000"),
         ],
     );
+    // The sinks block on the store's first request, and the consumer soon after them.
     let t = topic.clone();
-    wait_for("every record read", 60, &run, async || {
+    wait_for("records read", 60, &run, async || {
         assert!(child.try_wait().expect("wait").is_none(), "lakesink exited");
         http_get(run.http, "/metrics").await.is_some_and(|(_, m)| {
             metric(
                 &m,
                 &format!("lakesink_records_consumed_total{{topic=\"{t}\"}}"),
-            ) == Some(count as f64)
+            )
+            .is_some_and(|n| n > 0.0)
         })
     })
     .await;
