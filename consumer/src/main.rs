@@ -2,6 +2,8 @@
 
 mod kafka;
 mod pipeline;
+mod progress;
+mod replay;
 mod replica;
 mod sinks;
 mod tail;
@@ -41,6 +43,8 @@ enum Command {
         #[arg(short, long)]
         config: PathBuf,
     },
+    /// Rebuild the replica, or a slice of it, from the raw layer (docs/replay.md).
+    Replay(replay::ReplayArgs),
 }
 
 #[tokio::main]
@@ -49,11 +53,12 @@ async fn main() -> anyhow::Result<()> {
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
-        .with_writer(std::io::stderr)
+        .with_writer(progress::LogWriter)
         .init();
     let (config, tail) = match Cli::parse().command {
         Command::Run { config } => (config, false),
         Command::Tail { config } => (config, true),
+        Command::Replay(args) => return replay::run(args).await,
     };
     {
         {
