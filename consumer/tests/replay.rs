@@ -362,9 +362,10 @@ async fn bad_input_is_named_and_stops_the_replay_unless_told_to_go_on() {
     assert!(!out.status.success(), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        stdout.contains(&format!("problem: refused by the replica: {topic}[0] offsets 0..="))
-            && stdout.contains(&format!("object {}", keys[0]))
-            && stdout.contains("quantity"),
+        stdout.contains(&format!(
+            "problem: refused by the replica: {topic}[0] offsets 0..="
+        )) && stdout.contains(&format!("object {}", keys[0]))
+            && stdout.contains("cannot cast type integer to date"),
         "{}",
         text(&out)
     );

@@ -204,7 +204,7 @@ impl Pending {
     fn push(&mut self, seg: SegmentRows) {
         for (b, k) in seg.batches.into_iter().zip(seg.keys) {
             self.rows += b.rows.num_rows();
-            self.bytes += b.rows.get_array_memory_size();
+            self.bytes += slice_bytes(&b);
             self.batches.push_back((b, k));
         }
     }
@@ -214,7 +214,7 @@ impl Pending {
         let mut out = Vec::new();
         let (mut r, mut b) = (0, 0);
         while let Some((batch, _)) = self.batches.front() {
-            let (br, bb) = (batch.rows.num_rows(), batch.rows.get_array_memory_size());
+            let (br, bb) = (batch.rows.num_rows(), slice_bytes(batch));
             if !out.is_empty() && (r + br > rows || b + bb > bytes) {
                 break;
             }
@@ -228,6 +228,16 @@ impl Pending {
         self.bytes -= b;
         out
     }
+}
+
+/// The bytes of a batch's own rows: batches are slices of a file's columns, whose whole
+/// buffers `get_array_memory_size` would count for every slice.
+fn slice_bytes(b: &ChangeBatch) -> usize {
+    b.rows
+        .columns()
+        .iter()
+        .map(|c| c.to_data().get_slice_memory_size().unwrap_or(0))
+        .sum()
 }
 
 async fn replay_partition(shared: &Arc<Shared>, part: PartitionPlan) -> PartitionDone {
