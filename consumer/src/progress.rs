@@ -69,8 +69,16 @@ impl Progress {
             bar.set_style(
                 ProgressStyle::with_template(
                     "{spinner} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len} rows, \
-                     {per_sec}, ETA {eta} {msg}",
+                     {rate}, ETA {eta} {msg}",
                 )
+                .map(|s| {
+                    s.with_key(
+                        "rate",
+                        |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                            let _ = write!(w, "{:.0} rows/s", state.per_sec());
+                        },
+                    )
+                })
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
             );
             if let Ok(mut slot) = bar_slot().lock() {
