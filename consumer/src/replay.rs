@@ -132,9 +132,21 @@ pub(crate) async fn run(args: ReplayArgs) -> anyhow::Result<()> {
     };
     let raw = Arc::new(RawLayer::open(raw_config)?);
 
-    // The replica: connected (its offsets table created) for a run, only read for a dry run.
+    // The replica: connected (its offsets table created) for a run, only read for a dry run;
+    // one connection per partition replayed at once.
+    let parallelism = args
+        .parallelism
+        .or(config.replica.as_ref().map(|r| r.pool_size as usize))
+        .unwrap_or(1)
+        .max(1);
     let replicator = match (&config.replica, args.dry_run) {
-        (Some(r), false) => Some(Arc::new(PgReplicator::connect(r).await?)),
+        (Some(r), false) => {
+            let mut r = r.clone();
+            r.pool_size = r
+                .pool_size
+                .max(u32::try_from(parallelism).unwrap_or(u32::MAX));
+            Some(Arc::new(PgReplicator::connect(&r).await?))
+        }
         _ => None,
     };
     let stored: HashMap<(String, i32), i64> = match &config.replica {
@@ -195,10 +207,7 @@ pub(crate) async fn run(args: ReplayArgs) -> anyhow::Result<()> {
     );
     let opts = Options {
         group: group.clone(),
-        parallelism: args
-            .parallelism
-            .unwrap_or(replica.pool_size as usize)
-            .max(1),
+        parallelism,
         tx_rows: args.batch_rows.unwrap_or(replica.batch_max_rows).max(1),
         tx_bytes: replica.batch_max_bytes,
         continue_on_error: args.continue_on_error,
