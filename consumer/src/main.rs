@@ -4,6 +4,8 @@ mod dead_letter;
 mod headers;
 mod kafka;
 mod pipeline;
+mod progress;
+mod replay;
 mod replica;
 mod sinks;
 mod tail;
@@ -52,6 +54,8 @@ enum Command {
         #[arg(short, long)]
         config: PathBuf,
     },
+    /// Rebuild the replica, or a slice of it, from the raw layer (docs/replay.md).
+    Replay(replay::ReplayArgs),
 }
 
 #[tokio::main]
@@ -59,6 +63,10 @@ async fn main() -> anyhow::Result<()> {
     let (path, tail) = match Cli::parse().command {
         Command::Run { config } => (config, false),
         Command::Tail { config } => (config, true),
+        Command::Replay(args) => {
+            init_logs(LogFormat::Human);
+            return replay::run(args).await;
+        }
     };
     let config = Config::load(&path).with_context(|| format!("loading {}", path.display()));
     init_logs(
@@ -177,7 +185,8 @@ fn init_logs(format: LogFormat) {
         tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        // Above the replay's progress bar, when one is drawn.
+        .with_writer(progress::LogWriter);
     match format {
         LogFormat::Human => logs.init(),
         LogFormat::Json => logs.json().flatten_event(true).init(),

@@ -4,5 +4,6 @@
 pub mod failpoint;
 pub mod parquet;
 pub mod postgres;
+pub mod replay;
 
 pub use postgres::{Applied, PgReplicator, ReplicaError};

@@ -167,6 +167,91 @@ impl JodaPattern {
             let _ = write!(out, "{:0width$}", number.unsigned_abs(), width = n);
         }
     }
+
+    /// Reads back what [`Self::format`] wrote for a bucket start: that instant (epoch ms) and
+    /// the span the pattern's finest field covers (an hour for `HH`, a day for `dd`, …). None
+    /// when the text does not match, or the pattern has fields that cannot be read back
+    /// (week-based, day-of-week, 12-hour, fractions, zones, two-digit years).
+    pub fn parse(&self, text: &str, tz: &Tz) -> Option<(i64, i64)> {
+        use chrono::TimeZone;
+        const DAY: i64 = 86_400_000;
+        let (mut year, mut month, mut day, mut ordinal) = (None, None, None, None);
+        let (mut hour, mut minute, mut second) = (0u32, 0u32, 0u32);
+        let mut span = 366 * DAY;
+        let mut rest = text;
+        for (i, token) in self.tokens.iter().enumerate() {
+            let (c, n) = match token {
+                Token::Literal(l) => {
+                    rest = rest.strip_prefix(l.as_str())?;
+                    continue;
+                }
+                Token::Field(c, n) => (*c, *n),
+            };
+            if c == 'M' && n >= 3 {
+                let found = MONTHS.iter().position(|name| {
+                    let name = if n == 3 { &name[..3] } else { name };
+                    rest.starts_with(name)
+                })?;
+                let len = if n == 3 { 3 } else { MONTHS[found].len() };
+                rest = &rest[len..];
+                month = Some(found as u32 + 1);
+                span = span.min(31 * DAY);
+                continue;
+            }
+            // Adjacent numeric fields have fixed widths; otherwise take every digit.
+            let adjacent = matches!(self.tokens.get(i + 1), Some(Token::Field(..)));
+            let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+            let take = if adjacent {
+                n.max(if c == 'y' || c == 'Y' { 4 } else { 2 })
+            } else {
+                digits
+            };
+            if take == 0 || take > digits {
+                return None;
+            }
+            let value: u32 = rest[..take].parse().ok()?;
+            rest = &rest[take..];
+            match c {
+                'y' | 'Y' if n != 2 => year = Some(i32::try_from(value).ok()?),
+                'M' => {
+                    month = Some(value);
+                    span = span.min(31 * DAY);
+                }
+                'd' => {
+                    day = Some(value);
+                    span = span.min(DAY);
+                }
+                'D' => {
+                    ordinal = Some(value);
+                    span = span.min(DAY);
+                }
+                'H' => {
+                    hour = value;
+                    span = span.min(3_600_000);
+                }
+                'm' => {
+                    minute = value;
+                    span = span.min(60_000);
+                }
+                's' => {
+                    second = value;
+                    span = span.min(1_000);
+                }
+                _ => return None,
+            }
+        }
+        if !rest.is_empty() {
+            return None;
+        }
+        let year = year?;
+        let date = match ordinal {
+            Some(o) => chrono::NaiveDate::from_yo_opt(year, o)?,
+            None => chrono::NaiveDate::from_ymd_opt(year, month.unwrap_or(1), day.unwrap_or(1))?,
+        };
+        let local = date.and_hms_opt(hour, minute, second)?;
+        let start = tz.from_local_datetime(&local).earliest()?;
+        Some((start.timestamp_millis(), span))
+    }
 }
 
 #[cfg(test)]
@@ -219,6 +304,38 @@ mod tests {
             fmt("HH ZZ", chrono_tz::Asia::Kolkata, 2024, 1, 1, 0),
             "00 +05:30"
         );
+    }
+
+    #[test]
+    fn bucket_directories_read_back() {
+        let utc = chrono_tz::UTC;
+        let p = |s: &str| JodaPattern::compile(s, true).expect("pattern");
+        let t0 = 1_714_568_400_000; // 2024-05-01T13:00:00Z
+        assert_eq!(
+            p("'year'=YYYY/'month'=MM/'day'=dd/'hour'=HH")
+                .parse("year=2024/month=05/day=01/hour=13", &utc),
+            Some((t0, 3_600_000))
+        );
+        assert_eq!(
+            p("yyyy-MM-dd/HH").parse("2024-05-01/13", &utc),
+            Some((t0, 3_600_000))
+        );
+        assert_eq!(
+            p("yyyyMMdd").parse("20240501", &utc),
+            Some((t0 - 13 * 3_600_000, 86_400_000))
+        );
+        assert_eq!(
+            p("yyyy/MMM").parse("2024/May", &utc),
+            Some((t0 - 13 * 3_600_000, 31 * 86_400_000))
+        );
+        // Local time in the zone: 15:00 in Paris (UTC+2 in May) is 13:00 UTC.
+        assert_eq!(
+            p("yyyy-MM-dd/HH").parse("2024-05-01/15", &chrono_tz::Europe::Paris),
+            Some((t0, 3_600_000))
+        );
+        assert_eq!(p("yyyy-MM-dd/HH").parse("2024-05-01/x", &utc), None);
+        assert_eq!(p("yyyy-MM-dd/HH").parse("2024-05-01/13/extra", &utc), None);
+        assert_eq!(p("xxxx-ww").parse("2024-18", &utc), None);
     }
 
     #[test]

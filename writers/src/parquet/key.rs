@@ -111,6 +111,57 @@ impl KeyTemplate {
         }
         clean
     }
+
+    /// The `{encoded}` part of a key this template made for `topic` and `partition`; None
+    /// when the key does not have the template's shape (or the template has no `{encoded}`).
+    pub fn encoded_of(&self, key: &str, topic: &str, partition: i32) -> Option<String> {
+        let re = self.encoded_pattern(topic, partition)?;
+        re.captures(key)?.get(1).map(|m| m.as_str().to_owned())
+    }
+
+    /// A regex over the keys of `topic` and `partition`, capturing `{encoded}`.
+    pub fn encoded_pattern(&self, topic: &str, partition: i32) -> Option<regex::Regex> {
+        if !self.parts.contains(&Part::Encoded) {
+            return None;
+        }
+        // The key with placeholders for the parts not known here, cleaned as key() cleans.
+        const ENCODED: char = '\u{1}';
+        const OFFSET: char = '\u{2}';
+        let mut shape = String::with_capacity(96);
+        shape.push_str(&self.prefix);
+        shape.push('/');
+        for part in &self.parts {
+            match part {
+                Part::Text(t) => shape.push_str(t),
+                Part::TopicsDir => shape.push_str(&self.topics_dir),
+                Part::Topic => shape.push_str(topic),
+                Part::Encoded => shape.push(ENCODED),
+                Part::Partition => shape.push_str(&partition.to_string()),
+                Part::StartOffset(_) => shape.push(OFFSET),
+                Part::Ext => shape.push_str(self.ext),
+            }
+        }
+        let mut pattern = String::from("^");
+        let mut first = true;
+        for segment in shape.split('/').filter(|s| !s.is_empty()) {
+            if !first {
+                pattern.push('/');
+            }
+            first = false;
+            let mut literal = String::new();
+            for c in segment.chars() {
+                if c == ENCODED || c == OFFSET {
+                    pattern.push_str(&regex::escape(&std::mem::take(&mut literal)));
+                    pattern.push_str(if c == ENCODED { "(.+)" } else { "[0-9]+" });
+                } else {
+                    literal.push(c);
+                }
+            }
+            pattern.push_str(&regex::escape(&literal));
+        }
+        pattern.push('$');
+        regex::Regex::new(&pattern).ok()
+    }
 }
 
 #[cfg(test)]
@@ -130,6 +181,15 @@ mod tests {
             t.key("orders", "year=2024/month=05/day=01/hour=13", 3, 12345),
             "topics/orders/year=2024/month=05/day=01/hour=13/orders+3+0000012345.snappy.parquet"
         );
+        assert_eq!(
+            t.encoded_of(
+                "topics/orders/year=2024/month=05/day=01/hour=13/orders+3+0000012345.snappy.parquet",
+                "orders",
+                3
+            )
+            .as_deref(),
+            Some("year=2024/month=05/day=01/hour=13")
+        );
     }
 
     #[test]
@@ -144,6 +204,23 @@ mod tests {
         assert_eq!(
             t.key("db.public.t", "2024-05-01/13", 0, 42),
             "raw/db.public.t/2024-05-01/13/0-42.parquet"
+        );
+        assert_eq!(
+            t.encoded_of(
+                "raw/db.public.t/2024-05-01/13/0-42.parquet",
+                "db.public.t",
+                0
+            )
+            .as_deref(),
+            Some("2024-05-01/13")
+        );
+        assert_eq!(
+            t.encoded_of(
+                "raw/db.public.t/2024-05-01/13/1-42.parquet",
+                "db.public.t",
+                0
+            ),
+            None
         );
         assert!(KeyTemplate::compile("{nope}", "", "", Codec::None).is_err());
         assert!(KeyTemplate::compile("{topic", "", "", Codec::None).is_err());

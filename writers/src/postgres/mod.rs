@@ -245,3 +245,157 @@ impl PgReplicator {
         self.tables.lock().ok()?.get(name).cloned()
     }
 }
+
+/// The table a topic's rows go to, when the name does not depend on each record's `source`
+/// block (`Ok(None)` when it does). For reports; nothing is connected.
+pub fn topic_table(config: &ReplicaConfig, topic: &str) -> Result<Option<TableName>, String> {
+    let database = PgConnectOptions::from_str(&config.url)
+        .map_err(|e| format!("replica.url: {e}"))?
+        .get_database()
+        .unwrap_or("postgres")
+        .to_owned();
+    let template = naming::NameTemplate::parse(
+        &config.table_name_format,
+        config.dots_to_underscores,
+        &config.default_schema,
+        &database,
+    )?;
+    if template.uses_source() {
+        return Ok(None);
+    }
+    template
+        .render(naming::NameSource {
+            topic,
+            ..Default::default()
+        })
+        .map(Some)
+}
+
+/// The next offsets stored for `group`, per (topic, partition), read without creating or
+/// changing anything; `Ok(None)` when the offsets table does not exist.
+pub async fn stored_offsets(
+    config: &ReplicaConfig,
+    group: &str,
+) -> Result<Option<HashMap<(String, i32), i64>>, ReplicaError> {
+    let mut options = PgConnectOptions::from_str(&config.url)
+        .map_err(|e| ReplicaError::Setup(format!("replica.url: {e}")))?;
+    if let Some(p) = &config.password {
+        options = options.password(p.expose());
+    }
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(std::time::Duration::from_secs(5))
+        .connect_with(options)
+        .await
+        .map_err(|e| ReplicaError::from_sqlx(e, None))?;
+    let table = TableName {
+        schema: config.offsets_schema.clone(),
+        table: config.offsets_table.clone(),
+    };
+    let exists: Option<String> = sqlx::query_scalar("SELECT to_regclass($1)::text")
+        .bind(table.quoted())
+        .fetch_one(&pool)
+        .await
+        .map_err(|e| ReplicaError::from_sqlx(e, None))?;
+    if exists.is_none() {
+        return Ok(None);
+    }
+    let rows: Vec<(String, i32, i64)> = sqlx::query_as(AssertSqlSafe(format!(
+        "SELECT topic, partition, next_offset FROM {} WHERE group_id = $1",
+        table.quoted()
+    )))
+    .bind(group)
+    .fetch_all(&pool)
+    .await
+    .map_err(|e| ReplicaError::from_sqlx(e, None))?;
+    pool.close().await;
+    Ok(Some(
+        rows.into_iter().map(|(t, p, o)| ((t, p), o)).collect(),
+    ))
+}
+
+/// What [`PgReplicator::apply`] would write for `batches` into an empty replica, as text:
+/// per table its name, key and columns with their types, then per net row its key and the
+/// binary COPY value of every column (or `untouched` / `delete`). Batches cut differently
+/// but holding the same records describe the same. For tests that compare two ways of
+/// building batches.
+#[doc(hidden)]
+pub fn describe_plan(
+    config: &ReplicaConfig,
+    batches: &[ChangeBatch],
+) -> Result<Vec<String>, ReplicaError> {
+    let template = naming::NameTemplate::parse(
+        &config.table_name_format,
+        config.dots_to_underscores,
+        &config.default_schema,
+        "replica",
+    )
+    .map_err(ReplicaError::Setup)?;
+    let rules = Rules {
+        template,
+        pk_mode: config.pk_mode,
+        pk_fields: config.pk_fields.clone(),
+        delete_enabled: config.delete_enabled,
+        truncate_enabled: config.truncate_enabled,
+        keyless: config.keyless,
+    };
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let mut out = Vec::new();
+    for mut work in plan::plan(&rules, batches, &HashMap::new())? {
+        let cols = |c: &[plan::ColumnDef]| {
+            c.iter()
+                .map(|c| format!("{} {} {:?} {:?}", c.name, c.ty.ddl, c.ty.wire, c.ty.conv))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        out.push(format!(
+            "table {} key [{}] columns [{}]",
+            work.name,
+            cols(&work.pk),
+            cols(&work.cols)
+        ));
+        let (truncate, entries) = std::mem::take(&mut work.collapser).finish();
+        if truncate {
+            out.push("truncate".into());
+        }
+        let value = |r: Option<collapse::RowRef>, c: usize| -> Result<String, String> {
+            let Some(r) = r else {
+                return Ok("untouched".into());
+            };
+            match work.encs.get(&r.batch).and_then(|e| e.vals.get(c)) {
+                Some(Some(enc)) if enc.is_null(r.row as usize) => Ok("null".into()),
+                Some(Some(enc)) => {
+                    let mut buf = Vec::new();
+                    enc.write(r.row as usize, &mut buf)?;
+                    Ok(hex(&buf))
+                }
+                _ => Ok("absent".into()),
+            }
+        };
+        let bad = |reason: String| ReplicaError::BadData {
+            at: work.at.clone(),
+            reason,
+        };
+        for (key, net) in &entries {
+            let line = match net {
+                collapse::Net::Delete(_) => format!("{} delete", hex(key)),
+                net => {
+                    let vals = (0..work.cols.len())
+                        .map(|c| value(net.source(c), c))
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(bad)?;
+                    format!("{} upsert {}", hex(key), vals.join(" "))
+                }
+            };
+            out.push(line);
+        }
+        for r in &work.inserts {
+            let vals = (0..work.cols.len())
+                .map(|c| value(Some(*r), c))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(bad)?;
+            out.push(format!("insert {}", vals.join(" ")));
+        }
+    }
+    Ok(out)
+}
