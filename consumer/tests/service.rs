@@ -254,7 +254,17 @@ async fn a_survivor_takes_over_from_a_killed_instance() {
     let stack = Stack::from_env();
     let topic = unique("service-scale");
     let (partitions, count) = (4, 80_000);
-    produce(&stack, &topic, partitions, count).await;
+    let table = std::sync::Arc::new(Table::create(&stack, &topic, partitions).await);
+    // A stream still flowing when an instance is killed: 5,000 records a second.
+    let producing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let (s, t, p) = (stack.clone(), table.clone(), producing.clone());
+    let producer = tokio::task::spawn_blocking(move || {
+        for chunk in (0..count).step_by(5_000) {
+            t.produce_range(&s, partitions, chunk..chunk + 5_000, BASE_TS);
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        p.store(false, std::sync::atomic::Ordering::SeqCst);
+    });
     let run = Run::with(
         stack.clone(),
         &topic,
@@ -282,9 +292,13 @@ async fn a_survivor_takes_over_from_a_killed_instance() {
         !run.committed().is_empty()
     })
     .await;
-    assert_ne!(run.committed(), end, "the stream ended before the kill");
     a.kill().expect("SIGKILL instance a");
     a.wait().expect("wait");
+    assert!(
+        producing.load(std::sync::atomic::Ordering::SeqCst),
+        "the stream ended before the kill"
+    );
+    producer.await.expect("produce");
     wait_for(
         "all offsets committed by the survivor",
         240,
