@@ -1,5 +1,7 @@
 //! The `lakesink` binary.
 
+mod check;
+mod import;
 mod kafka;
 mod pipeline;
 mod replica;
@@ -41,6 +43,27 @@ enum Command {
         #[arg(short, long)]
         config: PathBuf,
     },
+    /// Convert Kafka Connect sink configs (Confluent S3 sink, Confluent or Debezium JDBC sink)
+    /// into one lakesink config; what cannot be carried over is listed with the reason.
+    ImportConnect {
+        /// Connector configs: Connect REST JSON (`{"name", "config"}`), a bare config object,
+        /// or a .properties file.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Write the config to this file (the report as comments at its top), not stdout.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// `kafka.brokers` (connector configs do not hold them).
+        #[arg(long)]
+        brokers: Option<String>,
+    },
+    /// Check a config against the live systems: brokers and topics, registry, object store,
+    /// database. One line per check; exits non-zero when one fails.
+    Check {
+        /// The TOML config file.
+        #[arg(short, long)]
+        config: PathBuf,
+    },
 }
 
 #[tokio::main]
@@ -54,6 +77,17 @@ async fn main() -> anyhow::Result<()> {
     let (config, tail) = match Cli::parse().command {
         Command::Run { config } => (config, false),
         Command::Tail { config } => (config, true),
+        Command::ImportConnect {
+            files,
+            output,
+            brokers,
+        } => return import::run(&files, output.as_deref(), brokers),
+        Command::Check { config } => {
+            if check::run(&config).await {
+                return Ok(());
+            }
+            std::process::exit(1);
+        }
     };
     {
         {
