@@ -11,8 +11,8 @@ use std::time::Duration;
 use lakesink_config::{Config, RecordFormat, ReplicaConfig};
 use lakesink_schema_registry::{Backoff, HttpRegistry};
 use lakesink_writers::postgres::quote;
-use object_store::PutPayload;
 use object_store::path::Path as StorePath;
+use object_store::{ObjectStoreExt, PutPayload};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use sqlx::postgres::PgConnectOptions;
@@ -53,10 +53,7 @@ impl Report {
     }
 }
 
-async fn bounded<T>(
-    what: &str,
-    f: impl Future<Output = Result<T, String>>,
-) -> Result<T, String> {
+async fn bounded<T>(what: &str, f: impl Future<Output = Result<T, String>>) -> Result<T, String> {
     match tokio::time::timeout(TIMEOUT, f).await {
         Ok(r) => r,
         Err(_) => Err(format!("{what}: no answer within {}s", TIMEOUT.as_secs())),
@@ -82,7 +79,11 @@ pub(crate) async fn run(path: &Path) -> bool {
         report.result("registry", r);
     }
     if let Some(raw) = &config.raw {
-        let r = bounded(&format!("object store {}", raw.url), object_store_probe(raw)).await;
+        let r = bounded(
+            &format!("object store {}", raw.url),
+            object_store_probe(raw),
+        )
+        .await;
         report.result("object store", r);
     }
     if let Some(replica) = &config.replica {
@@ -187,7 +188,10 @@ async fn kafka(config: &Config, report: &mut Report) {
                 report.line(
                     Status::Fail,
                     "topics",
-                    &format!("not in the cluster (or not visible to this client): {}", list(&missing)),
+                    &format!(
+                        "not in the cluster (or not visible to this client): {}",
+                        list(&missing)
+                    ),
                 );
             }
         }
@@ -309,6 +313,10 @@ async fn database(replica: &ReplicaConfig, topics: &[String]) -> Result<String, 
         "{shown}: connected to {db} as {user}; can create tables in {}",
         names.join(", ")
     );
+    if !replica.auto_create && !schemas.is_empty() {
+        let used: Vec<&str> = schemas.iter().map(String::as_str).collect();
+        text.push_str(&format!("; can use {}", used.join(", ")));
+    }
     if dynamic {
         text.push_str(" (schemas from ${source.…} are known only when written)");
     }
@@ -318,11 +326,11 @@ async fn database(replica: &ReplicaConfig, topics: &[String]) -> Result<String, 
 /// The schemas tables will be in, where the name template says in advance; and whether
 /// some depend on the records.
 fn target_schemas(replica: &ReplicaConfig, topics: &[String]) -> (BTreeSet<String>, bool) {
-    let mut out = BTreeSet::new();
     let format = &replica.table_name_format;
+    let only_topic = !format.replace("${topic}", "").contains("${");
     let names: Vec<String> = if !format.contains("${") {
         vec![format.clone()]
-    } else if !format.replace("${topic}", "").contains("${") && !topics.is_empty() {
+    } else if only_topic && !topics.is_empty() {
         topics
             .iter()
             .map(|t| {
@@ -335,17 +343,21 @@ fn target_schemas(replica: &ReplicaConfig, topics: &[String]) -> (BTreeSet<Strin
             })
             .collect()
     } else {
-        let parts: Vec<&str> = format.split('.').collect();
-        let dynamic_schema = parts.len() >= 2 && parts[parts.len() - 2].contains("${");
+        // Placeholders stand for one segment each (dots in values become underscores, or
+        // the topic is unknown): the schema is known when its segment is literal.
+        let parts = segments(format);
         if parts.len() < 2 {
-            out.insert(replica.default_schema.clone());
-        } else if !dynamic_schema {
-            out.insert(parts[parts.len() - 2].to_owned());
+            return (BTreeSet::from([replica.default_schema.clone()]), false);
         }
-        return (out, dynamic_schema);
+        let schema = parts[parts.len() - 2];
+        if schema.contains("${") {
+            return (BTreeSet::new(), true);
+        }
+        return (BTreeSet::from([schema.to_owned()]), false);
     };
+    let mut out = BTreeSet::new();
     for name in names {
-        let parts: Vec<&str> = name.split('.').collect();
+        let parts = segments(&name);
         if parts.len() >= 2 {
             out.insert(parts[parts.len() - 2].to_owned());
         } else {
@@ -353,6 +365,26 @@ fn target_schemas(replica: &ReplicaConfig, topics: &[String]) -> (BTreeSet<Strin
         }
     }
     (out, false)
+}
+
+/// A table name split on the dots outside `${…}`.
+fn segments(name: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut depth, mut start) = (0usize, 0usize);
+    let bytes = name.as_bytes();
+    for (i, b) in bytes.iter().enumerate() {
+        match b {
+            b'{' if i > 0 && bytes[i - 1] == b'$' => depth += 1,
+            b'}' if depth > 0 => depth -= 1,
+            b'.' if depth == 0 => {
+                out.push(&name[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&name[start..]);
+    out
 }
 
 #[cfg(test)]
@@ -379,6 +411,15 @@ mod tests {
         assert_eq!(
             target_schemas(&r, &topics),
             (BTreeSet::from(["repl".to_owned()]), false)
+        );
+        r.table_name_format = "${source.table}".into();
+        assert_eq!(
+            target_schemas(&r, &topics),
+            (BTreeSet::from(["public".to_owned()]), false)
+        );
+        assert_eq!(
+            segments("a.${source.schema}.t"),
+            ["a", "${source.schema}", "t"]
         );
     }
 }

@@ -133,8 +133,18 @@ async fn check_passes_a_good_config_and_names_the_failing_check() {
 
     let (ok, report) = check(&stack, &good, &pg_password);
     assert!(ok, "a good config must pass:\n{report}");
-    for name in ["config", "kafka", "topics", "registry", "object store", "database"] {
-        assert!(line(&report, "OK", name).is_some(), "no OK {name}:\n{report}");
+    for name in [
+        "config",
+        "kafka",
+        "topics",
+        "registry",
+        "object store",
+        "database",
+    ] {
+        assert!(
+            line(&report, "OK", name).is_some(),
+            "no OK {name}:\n{report}"
+        );
     }
     assert!(!report.contains(&format!(":{pg_password}@")) || pg_password.is_empty());
 
@@ -213,7 +223,10 @@ fn import_connect_prints_the_config_and_reports_on_stderr() {
     );
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stderr}");
-    assert!(stdout.contains("[raw]") && stdout.contains("[replica]"), "{stdout}");
+    assert!(
+        stdout.contains("[raw]") && stdout.contains("[replica]"),
+        "{stdout}"
+    );
     assert!(stdout.contains("brokers = \"127.0.0.1:9092\""), "{stdout}");
     assert!(stderr.contains("not carried over:"), "{stderr}");
     assert!(stderr.contains("tasks.max"), "{stderr}");
@@ -252,7 +265,8 @@ fn import_connect_prints_the_config_and_reports_on_stderr() {
     let (_, stderr) = text(&out);
     assert!(!out.status.success());
     assert!(
-        stderr.contains("seed-001-orders-s3-sink.json") && stderr.contains("debezium-jdbc-sink.json"),
+        stderr.contains("seed-001-orders-s3-sink.json")
+            && stderr.contains("debezium-jdbc-sink.json"),
         "{stderr}"
     );
 }

@@ -223,7 +223,10 @@ impl HttpRegistry {
             Api::ApicurioV3 | Api::ApicurioV2 => {
                 (self.url(&["system", "info"]), "the registry's system info")
             }
-            Api::Ccompat => (self.url(&["schemas", "types"]), "the registry's schema types"),
+            Api::Ccompat => (
+                self.url(&["schemas", "types"]),
+                "the registry's schema types",
+            ),
         };
         let body = self.get(url, what).await?;
         #[derive(Deserialize)]
