@@ -239,8 +239,9 @@ impl ReplicaConfig {
             })
         };
         let reference = SecretRef::is_reference(&self.url);
-        if !reference
-            && !(self.url.starts_with("postgres://") || self.url.starts_with("postgresql://"))
+        if !(reference
+            || self.url.starts_with("postgres://")
+            || self.url.starts_with("postgresql://"))
         {
             return invalid("replica.url", "must be a postgres:// URL");
         }

@@ -961,11 +961,10 @@ fn s3(
     match cfg.plain("behavior.on.null.values").as_deref().map(str::to_ascii_lowercase) {
         None => {}
         Some(b) if b == "ignore" => part.raw.set("tombstones", "skip"),
-        Some(b) if b == "write" => {
-            if part.raw.get("tombstones").is_none() {
-                part.raw.set("tombstones", "keep");
-            }
+        Some(b) if b == "write" && part.raw.get("tombstones").is_none() => {
+            part.raw.set("tombstones", "keep");
         }
+        Some(b) if b == "write" => {}
         Some(_) => cfg.dropped.push(Dropped {
             file: cfg.file.to_owned(),
             key: "behavior.on.null.values".into(),
