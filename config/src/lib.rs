@@ -1,15 +1,19 @@
-//! lakesink's configuration: TOML with kebab-case keys, unknown keys rejected,
-//! and `LAKESINK__SECTION__KEY` environment overrides applied before validation.
+//! lakesink's configuration: TOML with kebab-case keys, unknown keys rejected (with a
+//! suggestion), `LAKESINK__SECTION__KEY` environment overrides applied before validation, and
+//! secrets given by reference (`env:NAME`, `file:/path`) resolved at load time.
 //!
 //! This is the only crate that reads the process environment.
 
+pub mod connect_import;
 mod errors;
 mod overrides;
 mod raw;
 mod replica;
+mod secrets;
 mod service;
+mod suggest;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use serde::Deserialize;
@@ -19,7 +23,8 @@ pub use overrides::ENV_PREFIX;
 pub use raw::{
     Codec, Content, PartitionerKind, RawConfig, StoreConfig, TimestampSource, Tombstones,
 };
-pub use replica::{KeylessMode, PkMode, ReplicaConfig, SchemaEvolution};
+pub use replica::{DbUrl, KeylessMode, PkMode, ReplicaConfig, SchemaEvolution, redact_url};
+pub use secrets::SecretRef;
 pub use service::{AlertsConfig, LogFormat, ServiceConfig};
 
 /// The whole configuration of one lakesink process.
@@ -121,12 +126,18 @@ pub struct OAuthConfig {
     pub scope: Option<String>,
 }
 
-/// A value that is never printed: `Debug` shows `****`.
+/// A value that is never printed: `Debug` shows `****`. In the file it may be a reference,
+/// `env:NAME` or `file:/path` (`literal:` escapes a value starting with either), resolved when
+/// the config is loaded.
 #[derive(Clone, PartialEq, Eq, Deserialize)]
 #[serde(transparent)]
 pub struct Secret(String);
 
 impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
     pub fn expose(&self) -> &str {
         &self.0
     }
@@ -178,6 +189,13 @@ pub enum ConfigError {
     Parse { origin: String, message: String },
     #[error("environment override {var}: {message}")]
     Env { var: String, message: String },
+    /// A secret reference that cannot be resolved; the value is never in the message.
+    #[error("config field `{key}`: cannot resolve {reference}: {reason}")]
+    Secret {
+        key: String,
+        reference: String,
+        reason: String,
+    },
     #[error("config field `{field}`: {reason}")]
     Invalid { field: &'static str, reason: String },
 }
@@ -200,8 +218,22 @@ impl Config {
         Self::from_toml(&text, &path.display().to_string(), env)
     }
 
-    /// Parses TOML text; `origin` names it in errors.
+    /// Parses TOML text; `origin` names it in errors. `env` gives both the
+    /// `LAKESINK__…` overrides and the variables `env:` references read.
     pub fn from_toml(
+        text: &str,
+        origin: &str,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let env: HashMap<String, String> = env.into_iter().collect();
+        let mut config = Self::from_toml_unresolved(text, origin, env.clone())?;
+        config.resolve_secrets(&env)?;
+        Ok(config)
+    }
+
+    /// As [`Config::from_toml`], with secret references left as written (`env:NAME` stays
+    /// `env:NAME`): for tools that check a config's shape where its secrets are not at hand.
+    pub fn from_toml_unresolved(
         text: &str,
         origin: &str,
         env: impl IntoIterator<Item = (String, String)>,
@@ -210,15 +242,53 @@ impl Config {
             origin: origin.to_owned(),
             message: e.to_string(),
         })?;
-        overrides::apply(&mut doc, env)?;
-        let config: Config = doc
-            .try_into()
-            .map_err(|e: toml::de::Error| ConfigError::Parse {
-                origin: origin.to_owned(),
-                message: e.to_string(),
-            })?;
+        let from_env = overrides::apply(&mut doc, env)?;
+        let config: Config = doc.clone().try_into().map_err(|e: toml::de::Error| {
+            unknown_key_error(&doc, origin, &from_env, e.to_string())
+        })?;
         config.validate()?;
         Ok(config)
+    }
+
+    /// Replaces each secret reference by what it refers to.
+    fn resolve_secrets(&mut self, env: &HashMap<String, String>) -> Result<(), ConfigError> {
+        let mut secrets: Vec<(String, &mut String)> = Vec::new();
+        if let Some(p) = &mut self.registry.password {
+            secrets.push(("registry.password".into(), &mut p.0));
+        }
+        if let Some(o) = &mut self.registry.oauth {
+            secrets.push((
+                "registry.oauth.client-secret".into(),
+                &mut o.client_secret.0,
+            ));
+        }
+        if let Some(raw) = &mut self.raw {
+            if let Some(s) = &mut raw.store.secret_access_key {
+                secrets.push(("raw.store.secret-access-key".into(), &mut s.0));
+            }
+            for (k, v) in &mut raw.store.options {
+                secrets.push((format!("raw.store.options.{k}"), &mut v.0));
+            }
+        }
+        if let Some(r) = &mut self.replica {
+            if let Some(p) = &mut r.password {
+                secrets.push(("replica.password".into(), &mut p.0));
+            }
+            secrets.push(("replica.url".into(), r.url.text_mut()));
+        }
+        if let Some(a) = &mut self.alerts {
+            secrets.push(("alerts.webhook-url".into(), &mut a.webhook_url.0));
+            for (k, v) in &mut a.headers {
+                secrets.push((format!("alerts.headers.{k}"), &mut v.0));
+            }
+        }
+        for (key, value) in secrets {
+            *value = secrets::resolve(&key, value, env)?;
+        }
+        if let Some(r) = &self.replica {
+            r.validate()?;
+        }
+        Ok(())
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
@@ -273,6 +343,93 @@ impl Config {
             _ => Ok(()),
         }
     }
+}
+
+/// A deserialization error, with the unknown key's place, a suggestion when one is close,
+/// and the environment variable that set it when one did.
+fn unknown_key_error(
+    doc: &toml::Table,
+    origin: &str,
+    from_env: &[(Vec<String>, String)],
+    message: String,
+) -> ConfigError {
+    let Some(unknown) = message
+        .split("unknown field `")
+        .nth(1)
+        .and_then(|r| r.split_once('`'))
+        .map(|(k, _)| k.to_owned())
+    else {
+        return ConfigError::Parse {
+            origin: origin.to_owned(),
+            message,
+        };
+    };
+    // Where the key is: the first table holding it (serde does not say).
+    let place = locate(doc, &unknown);
+    let mut suggestion = suggest::from_message(&message).map(|(_, s)| s);
+    // `flush.size = 1` is a TOML dotted key: a table `flush` holding `size`.
+    if suggestion.is_none()
+        && let Some((_, toml::Value::Table(t))) = &place
+    {
+        let mut dotted = unknown.clone();
+        let mut t = t;
+        while t.len() == 1 {
+            let (k, v) = t.iter().next().expect("one entry");
+            dotted = format!("{dotted}.{k}");
+            match v {
+                toml::Value::Table(inner) => t = inner,
+                _ => break,
+            }
+        }
+        suggestion = suggest::from_message(&message.replacen(&unknown, &dotted, 1))
+            .map(|(_, s)| s)
+            .filter(|s| suggest::kebab(&dotted) == *s);
+    }
+    let parents: Vec<String> = place.as_ref().map(|(p, _)| p.clone()).unwrap_or_default();
+    let full = parents
+        .iter()
+        .chain(std::iter::once(&unknown))
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(".");
+    let mut text = format!("unknown key `{full}`");
+    if let Some(s) = &suggestion {
+        text.push_str(&format!("; did you mean `{s}`?"));
+    }
+    text.push_str(&format!(" ({})", message.trim()));
+    let mut path = parents.clone();
+    path.push(unknown.clone());
+    if let Some((_, var)) = from_env.iter().find(|(p, _)| p.starts_with(&path)) {
+        if let Some(s) = &suggestion {
+            let mut good = parents.clone();
+            good.push(s.clone());
+            text.push_str(&format!(" (set {})", overrides::var_name(&good)));
+        }
+        return ConfigError::Env {
+            var: var.clone(),
+            message: text,
+        };
+    }
+    ConfigError::Parse {
+        origin: origin.to_owned(),
+        message: text,
+    }
+}
+
+/// The path of the first table (depth first, in key order) holding `key`, and its value.
+fn locate(doc: &toml::Table, key: &str) -> Option<(Vec<String>, toml::Value)> {
+    if let Some(v) = doc.get(key) {
+        return Some((Vec::new(), v.clone()));
+    }
+    for (k, v) in doc {
+        if let toml::Value::Table(t) = v
+            && let Some((mut path, v)) = locate(t, key)
+        {
+            path.insert(0, k.clone());
+            return Some((path, v));
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -355,6 +512,23 @@ mod tests {
     }
 
     #[test]
+    fn alert_secrets_are_resolved_by_reference() {
+        let text = format!(
+            "{BASE}\n[alerts]\nwebhook-url = \"env:HOOK\"\nheaders = {{ Authorization = \"env:AUTH\" }}\n"
+        );
+        let c = parse(
+            &text,
+            &[("HOOK", "https://hooks.example/T1"), ("AUTH", "Bearer x")],
+        )
+        .expect("valid");
+        let a = c.alerts.expect("alerts");
+        assert_eq!(a.webhook_url.expose(), "https://hooks.example/T1");
+        assert_eq!(a.headers["Authorization"].expose(), "Bearer x");
+        let err = parse(&text, &[]).unwrap_err();
+        assert!(err.to_string().contains("alerts.webhook-url"), "{err}");
+    }
+
+    #[test]
     fn the_service_section_has_defaults_and_can_be_turned_off() {
         let c = parse(BASE, &[]).expect("valid");
         assert_eq!(c.service.http_listen, Some(([127, 0, 0, 1], 9400).into()));
@@ -407,6 +581,149 @@ mod tests {
             ),
             "{err}"
         );
+    }
+
+    #[test]
+    fn unknown_keys_get_a_suggestion() {
+        let raw = "[raw]\nurl = \"memory://x\"\n";
+        for (extra, key, suggestion) in [
+            ("\"flush.size\" = 5\n", "raw.flush.size", "flush-size"),
+            ("flush.size = 5\n", "raw.flush", "flush-size"),
+            ("flush_size = 5\n", "raw.flush_size", "flush-size"),
+            ("flush-sise = 5\n", "raw.flush-sise", "flush-size"),
+            (
+                "rotate.interval.ms = 5\n",
+                "raw.rotate",
+                "rotate-interval-ms",
+            ),
+            (
+                "[raw.store]\nendpont = \"x\"\n",
+                "raw.store.endpont",
+                "endpoint",
+            ),
+        ] {
+            let err = parse(&format!("{BASE}{raw}{extra}"), &[]).unwrap_err();
+            let text = err.to_string();
+            assert!(text.contains(&format!("unknown key `{key}`")), "{text}");
+            assert!(
+                text.contains(&format!("did you mean `{suggestion}`?")),
+                "{text}"
+            );
+        }
+        let err = parse(&format!("{BASE}{raw}zzzzzz = 1\n"), &[]).unwrap_err();
+        assert!(
+            err.to_string().contains("unknown key `raw.zzzzzz`"),
+            "{err}"
+        );
+        assert!(!err.to_string().contains("did you mean"), "{err}");
+        let err = parse(&format!("{BASE}brokerz = 1\n"), &[]).unwrap_err();
+        assert!(err.to_string().contains("did you mean `brokers`?"), "{err}");
+    }
+
+    #[test]
+    fn unknown_env_override_names_the_variable_and_the_right_one() {
+        let raw = "[raw]\nurl = \"memory://x\"\n";
+        let err = parse(
+            &format!("{BASE}{raw}"),
+            &[("LAKESINK__RAW__FLUSH_SIZ", "5")],
+        )
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.starts_with("environment override LAKESINK__RAW__FLUSH_SIZ:"),
+            "{text}"
+        );
+        assert!(text.contains("did you mean `flush-size`?"), "{text}");
+        assert!(text.contains("LAKESINK__RAW__FLUSH_SIZE"), "{text}");
+    }
+
+    #[test]
+    fn secrets_resolve_from_env_and_files_and_never_print() {
+        let dir = std::env::temp_dir().join(format!("lakesink-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let key_file = dir.join("s3-secret");
+        std::fs::write(&key_file, "s3-hunter2\n").expect("write");
+        let text = format!(
+            r#"{BASE}
+[registry]
+url = "http://r"
+username = "u"
+password = "env:REG_PW"
+
+[raw]
+url = "memory://x"
+[raw.store]
+secret-access-key = "file:{}"
+options = {{ aws_session_token = "literal:env:NOT_A_REFERENCE" }}
+
+[replica]
+url = "env:REPLICA_URL"
+password = "env:REPLICA_PW"
+"#,
+            key_file.display()
+        );
+        let env = [
+            ("REG_PW", "reg-hunter2"),
+            ("REPLICA_URL", "postgres://u:url-hunter2@h/db"),
+            ("REPLICA_PW", "pg-hunter2"),
+        ];
+        let c = parse(&text, &env).expect("valid");
+        assert_eq!(
+            c.registry.password.as_ref().map(Secret::expose),
+            Some("reg-hunter2")
+        );
+        let raw = c.raw.as_ref().expect("raw");
+        assert_eq!(
+            raw.store.secret_access_key.as_ref().map(Secret::expose),
+            Some("s3-hunter2")
+        );
+        assert_eq!(
+            raw.store.options["aws_session_token"].expose(),
+            "env:NOT_A_REFERENCE"
+        );
+        let replica = c.replica.as_ref().expect("replica");
+        assert_eq!(replica.url.expose(), "postgres://u:url-hunter2@h/db");
+        assert_eq!(replica.url.to_string(), "postgres://u:****@h/db");
+        assert_eq!(
+            replica.password.as_ref().map(Secret::expose),
+            Some("pg-hunter2")
+        );
+        assert!(!format!("{c:?}").contains("hunter2"), "{c:?}");
+        // A missing variable names the key and the reference, not any value.
+        let err = parse(&text, &env[..2]).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("replica.password") && msg.contains("env:REPLICA_PW"),
+            "{msg}"
+        );
+        assert!(!msg.contains("hunter2"), "{msg}");
+        // A resolved URL is validated like a written one.
+        let bad = [("REPLICA_URL", "mysql://h/db"), env[0], env[2]];
+        assert!(matches!(
+            parse(&text, &bad),
+            Err(ConfigError::Invalid {
+                field: "replica.url",
+                ..
+            })
+        ));
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    #[test]
+    fn urls_are_redacted() {
+        assert_eq!(
+            redact_url("postgres://user:pw@host:5432/db?sslmode=require"),
+            "postgres://user:****@host:5432/db?sslmode=require"
+        );
+        assert_eq!(
+            redact_url("postgres://user@host/db"),
+            "postgres://user@host/db"
+        );
+        assert_eq!(
+            redact_url("postgres://host/db?user=u&password=pw"),
+            "postgres://host/db?user=u&password=****"
+        );
+        assert_eq!(redact_url("not a url"), "not a url");
     }
 
     #[test]

@@ -8,16 +8,18 @@ use crate::ConfigError;
 
 pub const ENV_PREFIX: &str = "LAKESINK__";
 
+/// Applies the overrides; returns each key path set and the variable that set it.
 pub(crate) fn apply(
     doc: &mut toml::Table,
     env: impl IntoIterator<Item = (String, String)>,
-) -> Result<(), ConfigError> {
+) -> Result<Vec<(Vec<String>, String)>, ConfigError> {
     let mut vars: Vec<(String, String)> = env
         .into_iter()
         .filter(|(k, _)| k.starts_with(ENV_PREFIX))
         .collect();
     // Deterministic order, whatever order the environment lists them in.
     vars.sort();
+    let mut applied = Vec::new();
     for (var, raw) in vars {
         let path: Vec<String> = var[ENV_PREFIX.len()..]
             .split("__")
@@ -29,9 +31,23 @@ pub(crate) fn apply(
                 message: "empty key segment".into(),
             });
         }
-        set(doc, &path, parse_value(&raw)).map_err(|message| ConfigError::Env { var, message })?;
+        set(doc, &path, parse_value(&raw)).map_err(|message| ConfigError::Env {
+            var: var.clone(),
+            message,
+        })?;
+        applied.push((path, var));
     }
-    Ok(())
+    Ok(applied)
+}
+
+/// The variable that overrides the key at `path`: `["raw", "flush-size"]` gives
+/// `LAKESINK__RAW__FLUSH_SIZE`.
+pub(crate) fn var_name(path: &[String]) -> String {
+    let segments: Vec<String> = path
+        .iter()
+        .map(|s| s.to_uppercase().replace('-', "_"))
+        .collect();
+    format!("{ENV_PREFIX}{}", segments.join("__"))
 }
 
 fn parse_value(raw: &str) -> toml::Value {

@@ -2,7 +2,94 @@
 
 use serde::Deserialize;
 
-use crate::{ConfigError, Secret};
+use crate::{ConfigError, Secret, SecretRef};
+
+/// A `postgres://` URL. A password in it is never printed: `Debug` and `Display` show `****`
+/// in its place. In the file it may also be a reference (`env:NAME`, `file:/path`).
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct DbUrl(String);
+
+impl DbUrl {
+    pub fn new(url: impl Into<String>) -> Self {
+        Self(url.into())
+    }
+
+    /// The URL itself, password included: for connecting, never for printing.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    pub(crate) fn text_mut(&mut self) -> &mut String {
+        &mut self.0
+    }
+
+    /// The URL with its password, if any, replaced by `****`.
+    pub fn redacted(&self) -> String {
+        redact_url(&self.0)
+    }
+}
+
+impl From<String> for DbUrl {
+    fn from(s: String) -> Self {
+        Self(s)
+    }
+}
+
+impl From<&str> for DbUrl {
+    fn from(s: &str) -> Self {
+        Self(s.to_owned())
+    }
+}
+
+impl std::ops::Deref for DbUrl {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for DbUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.redacted())
+    }
+}
+
+impl std::fmt::Display for DbUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.redacted())
+    }
+}
+
+/// `scheme://user:secret@host/…` → `scheme://user:****@host/…`, and a `password=` query
+/// parameter's value likewise. Text that is not such a URL is returned as is.
+pub fn redact_url(url: &str) -> String {
+    let mut out = url.to_owned();
+    if let Some(scheme_end) = out.find("://") {
+        let auth_start = scheme_end + 3;
+        let auth_end = out[auth_start..]
+            .find(['/', '?', '#'])
+            .map_or(out.len(), |i| auth_start + i);
+        if let Some(at) = out[auth_start..auth_end].rfind('@') {
+            let userinfo = &out[auth_start..auth_start + at];
+            if let Some(colon) = userinfo.find(':') {
+                out.replace_range(auth_start + colon + 1..auth_start + at, "****");
+            }
+        }
+    }
+    if let Some(q) = out.find('?') {
+        let (head, query) = out.split_at(q + 1);
+        let query: Vec<String> = query
+            .split('&')
+            .map(|kv| match kv.split_once('=') {
+                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=****"),
+                _ => kv.to_owned(),
+            })
+            .collect();
+        out = format!("{head}{}", query.join("&"));
+    }
+    out
+}
 
 /// Where and how change events are applied to a PostgreSQL replica.
 ///
@@ -17,7 +104,7 @@ use crate::{ConfigError, Secret};
 pub struct ReplicaConfig {
     /// `postgres://user@host:port/db`; a password here works but `password` keeps it out of
     /// the file.
-    pub url: String,
+    pub url: DbUrl,
     /// Overrides the URL's password.
     pub password: Option<Secret>,
     /// Table name template over `${topic}`, `${source.db}`, `${source.schema}`,
@@ -124,7 +211,7 @@ impl ReplicaConfig {
     /// A config with every default, for `url`.
     pub fn new(url: impl Into<String>) -> Self {
         Self {
-            url: url.into(),
+            url: DbUrl(url.into()),
             password: None,
             table_name_format: default_table_name_format(),
             dots_to_underscores: true,
@@ -151,7 +238,11 @@ impl ReplicaConfig {
                 reason: reason.into(),
             })
         };
-        if !(self.url.starts_with("postgres://") || self.url.starts_with("postgresql://")) {
+        let reference = SecretRef::is_reference(&self.url);
+        if !(reference
+            || self.url.starts_with("postgres://")
+            || self.url.starts_with("postgresql://"))
+        {
             return invalid("replica.url", "must be a postgres:// URL");
         }
         if self.table_name_format.trim().is_empty() {

@@ -1,7 +1,9 @@
 //! The `lakesink` binary.
 
+mod check;
 mod dead_letter;
 mod headers;
+mod import;
 mod kafka;
 mod pipeline;
 mod progress;
@@ -56,6 +58,27 @@ enum Command {
     },
     /// Rebuild the replica, or a slice of it, from the raw layer (docs/replay.md).
     Replay(replay::ReplayArgs),
+    /// Convert Kafka Connect sink configs (Confluent S3 sink, Confluent or Debezium JDBC sink)
+    /// into one lakesink config; what cannot be carried over is listed with the reason.
+    ImportConnect {
+        /// Connector configs: Connect REST JSON (`{"name", "config"}`), a bare config object,
+        /// or a .properties file.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Write the config to this file (the report as comments at its top), not stdout.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// `kafka.brokers` (connector configs do not hold them).
+        #[arg(long)]
+        brokers: Option<String>,
+    },
+    /// Check a config against the live systems: brokers and topics, registry, object store,
+    /// database. One line per check; exits non-zero when one fails.
+    Check {
+        /// The TOML config file.
+        #[arg(short, long)]
+        config: PathBuf,
+    },
 }
 
 #[tokio::main]
@@ -66,6 +89,18 @@ async fn main() -> anyhow::Result<()> {
         Command::Replay(args) => {
             init_logs(LogFormat::Human);
             return replay::run(args).await;
+        }
+        Command::ImportConnect {
+            files,
+            output,
+            brokers,
+        } => return import::run(&files, output.as_deref(), brokers),
+        Command::Check { config } => {
+            init_logs(LogFormat::Human);
+            if check::run(&config).await {
+                return Ok(());
+            }
+            std::process::exit(1);
         }
     };
     let config = Config::load(&path).with_context(|| format!("loading {}", path.display()));

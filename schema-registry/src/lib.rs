@@ -15,6 +15,6 @@ pub use change::{
 };
 pub use framing::{Encoding, Framed, FramingError, IdKind, SchemaRef, Side, unframe};
 pub use registry::{
-    Api, Auth, CachedResolver, FixedResolver, HttpRegistry, HttpRegistryConfig, RegistryError,
-    ResolvedSchema, SchemaResolver,
+    Api, Auth, Backoff, CachedResolver, FixedResolver, HttpRegistry, HttpRegistryConfig,
+    RegistryError, ResolvedSchema, SchemaResolver,
 };

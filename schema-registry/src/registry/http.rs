@@ -215,6 +215,31 @@ impl HttpRegistry {
         self.api
     }
 
+    /// One cheap request that shows the registry answers and takes the credentials: the
+    /// system info of Apicurio's APIs, the schema types of the Confluent API. Returns what
+    /// the registry says it is.
+    pub async fn probe(&self) -> Result<String, RegistryError> {
+        let (url, what) = match self.api {
+            Api::ApicurioV3 | Api::ApicurioV2 => {
+                (self.url(&["system", "info"]), "the registry's system info")
+            }
+            Api::Ccompat => (
+                self.url(&["schemas", "types"]),
+                "the registry's schema types",
+            ),
+        };
+        let body = self.get(url, what).await?;
+        #[derive(Deserialize)]
+        struct Info {
+            name: String,
+            version: String,
+        }
+        Ok(match serde_json::from_str::<Info>(&body) {
+            Ok(info) => format!("{} {} ({:?} API)", info.name, info.version, self.api),
+            Err(_) => format!("answered ({:?} API)", self.api),
+        })
+    }
+
     fn url(&self, segments: &[&str]) -> Url {
         let mut url = self.root.clone();
         if let Ok(mut path) = url.path_segments_mut() {

@@ -14,7 +14,7 @@ async fn a_lost_connection_is_retryable_and_the_retry_is_exact() {
     let stack = Stack::from_env();
     let app = unique("lakesink_kill");
     let url = format!("{}?application_name={app}", stack.replica_pg_url);
-    let (r, schema) = replicator(|c| c.url = url).await;
+    let (r, schema) = replicator(|c| c.url = url.into()).await;
     let killer = PgPool::connect(&stack.replica_pg_url)
         .await
         .expect("replica");

@@ -1,0 +1,425 @@
+//! `lakesink check`: the config against the live systems, one line per check (OK, WARN or
+//! FAIL with the reason), each check bounded by a timeout. Nothing is left behind: the
+//! object-store probe is deleted, the database probe is rolled back.
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use lakesink_config::{Config, RecordFormat, ReplicaConfig};
+use lakesink_schema_registry::{Backoff, HttpRegistry};
+use lakesink_writers::postgres::quote;
+use object_store::path::Path as StorePath;
+use object_store::{ObjectStoreExt, PutPayload};
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{ConnectOptions, Connection};
+
+/// Each check's bound.
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Status {
+    Ok,
+    Warn,
+    Fail,
+}
+
+struct Report {
+    failed: bool,
+}
+
+impl Report {
+    fn line(&mut self, status: Status, check: &str, text: &str) {
+        let tag = match status {
+            Status::Ok => "OK  ",
+            Status::Warn => "WARN",
+            Status::Fail => {
+                self.failed = true;
+                "FAIL"
+            }
+        };
+        println!("{tag}  {check:<12}  {text}");
+    }
+
+    fn result(&mut self, check: &str, r: Result<String, String>) {
+        match r {
+            Ok(t) => self.line(Status::Ok, check, &t),
+            Err(e) => self.line(Status::Fail, check, &e),
+        }
+    }
+}
+
+async fn bounded<T>(what: &str, f: impl Future<Output = Result<T, String>>) -> Result<T, String> {
+    match tokio::time::timeout(TIMEOUT, f).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("{what}: no answer within {}s", TIMEOUT.as_secs())),
+    }
+}
+
+/// Runs every check that applies to the config; true when none failed.
+pub(crate) async fn run(path: &Path) -> bool {
+    let mut report = Report { failed: false };
+    let config = match Config::load(path) {
+        Ok(c) => {
+            report.line(Status::Ok, "config", &format!("{} loads", path.display()));
+            c
+        }
+        Err(e) => {
+            report.line(Status::Fail, "config", &e.to_string());
+            return false;
+        }
+    };
+    kafka(&config, &mut report).await;
+    if config.kafka.format == RecordFormat::Avro || config.registry.url.is_some() {
+        let r = bounded("registry", registry(&config)).await;
+        report.result("registry", r);
+    }
+    if let Some(raw) = &config.raw {
+        let r = bounded(
+            &format!("object store {}", raw.url),
+            object_store_probe(raw),
+        )
+        .await;
+        report.result("object store", r);
+    }
+    if let Some(replica) = &config.replica {
+        let topics = config.kafka.topics.clone();
+        let r = bounded(
+            &format!("database {}", replica.url),
+            database(replica, &topics),
+        )
+        .await;
+        report.result("database", r);
+    }
+    !report.failed
+}
+
+/// The brokers answer a metadata request; the configured topics are there (or the regex
+/// matches some).
+async fn kafka(config: &Config, report: &mut Report) {
+    let k = config.kafka.clone();
+    let fetched = tokio::task::spawn_blocking(move || {
+        let mut cc = ClientConfig::new();
+        cc.set("bootstrap.servers", &k.brokers)
+            .set("group.id", &k.group_id);
+        for (key, v) in &k.properties {
+            cc.set(key, v);
+        }
+        let consumer: BaseConsumer = cc.create().map_err(|e| e.to_string())?;
+        let md = consumer
+            .fetch_metadata(None, TIMEOUT)
+            .map_err(|e| e.to_string())?;
+        let brokers = md.brokers().len();
+        let topics: Vec<String> = md.topics().iter().map(|t| t.name().to_owned()).collect();
+        Ok::<_, String>((brokers, topics))
+    })
+    .await
+    .map_err(|e| e.to_string())
+    .and_then(|r| r);
+    let brokers = &config.kafka.brokers;
+    let (count, topics) = match fetched {
+        Ok(x) => x,
+        Err(e) => {
+            report.line(Status::Fail, "kafka", &format!("{brokers}: {e}"));
+            return;
+        }
+    };
+    report.line(
+        Status::Ok,
+        "kafka",
+        &format!("{brokers}: {count} broker(s) in the cluster"),
+    );
+    match &config.kafka.topics_regex {
+        Some(regex) => {
+            let anchored = if regex.starts_with('^') {
+                regex.clone()
+            } else {
+                format!("^{regex}")
+            };
+            match regex::Regex::new(&anchored) {
+                Err(e) => report.line(
+                    Status::Fail,
+                    "topics",
+                    &format!("topics-regex {regex:?} is not a regex: {e}"),
+                ),
+                Ok(re) => {
+                    let matched: Vec<&String> = topics.iter().filter(|t| re.is_match(t)).collect();
+                    if matched.is_empty() {
+                        report.line(
+                            Status::Warn,
+                            "topics",
+                            &format!(
+                                "topics-regex {regex:?} matches no topic yet (they are read once they appear)"
+                            ),
+                        );
+                    } else {
+                        report.line(
+                            Status::Ok,
+                            "topics",
+                            &format!(
+                                "topics-regex {regex:?} matches {} topic(s): {}",
+                                matched.len(),
+                                list(&matched)
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+        None => {
+            let have: BTreeSet<&String> = topics.iter().collect();
+            let missing: Vec<&String> = config
+                .kafka
+                .topics
+                .iter()
+                .filter(|t| !have.contains(t))
+                .collect();
+            if missing.is_empty() {
+                report.line(
+                    Status::Ok,
+                    "topics",
+                    &format!("all {} visible", config.kafka.topics.len()),
+                );
+            } else {
+                report.line(
+                    Status::Fail,
+                    "topics",
+                    &format!(
+                        "not in the cluster (or not visible to this client): {}",
+                        list(&missing)
+                    ),
+                );
+            }
+        }
+    }
+}
+
+fn list(names: &[&String]) -> String {
+    const SHOWN: usize = 5;
+    let mut s: Vec<&str> = names.iter().take(SHOWN).map(|n| n.as_str()).collect();
+    let more = names.len().saturating_sub(SHOWN);
+    let more_text = format!("… and {more} more");
+    if more > 0 {
+        s.push(&more_text);
+    }
+    s.join(", ")
+}
+
+async fn registry(config: &Config) -> Result<String, String> {
+    let mut c = crate::registry_config(&config.registry).map_err(|e| format!("{e:#}"))?;
+    c.timeout = TIMEOUT;
+    // One attempt: the check reports, it does not wait out an outage.
+    c.backoff = Backoff {
+        attempts: 1,
+        ..Backoff::default()
+    };
+    let url = c.url.clone();
+    let registry = HttpRegistry::new(c).map_err(|e| e.to_string())?;
+    let info = registry.probe().await.map_err(|e| format!("{url}: {e}"))?;
+    Ok(format!("{url}: {info}"))
+}
+
+/// PUT then DELETE a small object under the raw layer's prefix.
+async fn object_store_probe(raw: &lakesink_config::RawConfig) -> Result<String, String> {
+    let (store, prefix) = lakesink_writers::parquet::store::open(&raw.url, &raw.store)?;
+    let name = format!(
+        "_lakesink/check/{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default()
+    );
+    let key = if prefix.is_empty() {
+        name
+    } else {
+        format!("{prefix}/{name}")
+    };
+    let path = StorePath::from(key.as_str());
+    store
+        .put(&path, PutPayload::from_static(b"lakesink check"))
+        .await
+        .map_err(|e| format!("{}: cannot write {key}: {e}", raw.url))?;
+    store
+        .delete(&path)
+        .await
+        .map_err(|e| format!("{}: wrote {key} but cannot delete it: {e}", raw.url))?;
+    Ok(format!("{}: wrote and deleted {key}", raw.url))
+}
+
+/// Connects, then does in a rolled-back transaction what lakesink needs: the offsets
+/// schema and table, and a table in each target schema known in advance.
+async fn database(replica: &ReplicaConfig, topics: &[String]) -> Result<String, String> {
+    let shown = replica.url.redacted();
+    let mut options = PgConnectOptions::from_str(replica.url.expose())
+        .map_err(|e| format!("{shown}: not a PostgreSQL URL: {e}"))?;
+    if let Some(p) = &replica.password {
+        options = options.password(p.expose());
+    }
+    let mut conn = options
+        .connect()
+        .await
+        .map_err(|e| format!("{shown}: cannot connect: {e}"))?;
+    let (user, db): (String, String) =
+        sqlx::query_as("SELECT current_user::text, current_database()::text")
+            .fetch_one(&mut conn)
+            .await
+            .map_err(|e| format!("{shown}: {e}"))?;
+    let (schemas, dynamic) = target_schemas(replica, topics);
+    let mut tx = conn.begin().await.map_err(|e| format!("{shown}: {e}"))?;
+    let probe = format!("_lakesink_check_{}", std::process::id());
+    let mut create_in: BTreeSet<&str> = BTreeSet::new();
+    create_in.insert(&replica.offsets_schema);
+    if replica.auto_create {
+        create_in.extend(schemas.iter().map(String::as_str));
+    }
+    for schema in &create_in {
+        for sql in [
+            format!("CREATE SCHEMA IF NOT EXISTS {}", quote(schema)),
+            format!("CREATE TABLE {}.{} (id int)", quote(schema), quote(&probe)),
+        ] {
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| {
+                    format!("{shown}: user {user} cannot create tables in schema {schema}: {e}")
+                })?;
+        }
+    }
+    if !replica.auto_create {
+        for schema in &schemas {
+            let usable: bool = sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1) \
+                 AND has_schema_privilege($1, 'USAGE')",
+            )
+            .bind(schema)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(|e| format!("{shown}: {e}"))?;
+            if !usable {
+                return Err(format!(
+                    "{shown}: schema {schema} is missing or not usable by {user}, and auto-create is off"
+                ));
+            }
+        }
+    }
+    tx.rollback().await.map_err(|e| format!("{shown}: {e}"))?;
+    let names: Vec<&str> = create_in.iter().copied().collect();
+    let mut text = format!(
+        "{shown}: connected to {db} as {user}; can create tables in {}",
+        names.join(", ")
+    );
+    if !replica.auto_create && !schemas.is_empty() {
+        let used: Vec<&str> = schemas.iter().map(String::as_str).collect();
+        text.push_str(&format!("; can use {}", used.join(", ")));
+    }
+    if dynamic {
+        text.push_str(" (schemas from ${source.…} are known only when written)");
+    }
+    Ok(text)
+}
+
+/// The schemas tables will be in, where the name template says in advance; and whether
+/// some depend on the records.
+fn target_schemas(replica: &ReplicaConfig, topics: &[String]) -> (BTreeSet<String>, bool) {
+    let format = &replica.table_name_format;
+    let only_topic = !format.replace("${topic}", "").contains("${");
+    let names: Vec<String> = if !format.contains("${") {
+        vec![format.clone()]
+    } else if only_topic && !topics.is_empty() {
+        topics
+            .iter()
+            .map(|t| {
+                let t = if replica.dots_to_underscores {
+                    t.replace('.', "_")
+                } else {
+                    t.clone()
+                };
+                format.replace("${topic}", &t)
+            })
+            .collect()
+    } else {
+        // Placeholders stand for one segment each (dots in values become underscores, or
+        // the topic is unknown): the schema is known when its segment is literal.
+        let parts = segments(format);
+        if parts.len() < 2 {
+            return (BTreeSet::from([replica.default_schema.clone()]), false);
+        }
+        let schema = parts[parts.len() - 2];
+        if schema.contains("${") {
+            return (BTreeSet::new(), true);
+        }
+        return (BTreeSet::from([schema.to_owned()]), false);
+    };
+    let mut out = BTreeSet::new();
+    for name in names {
+        let parts = segments(&name);
+        if parts.len() >= 2 {
+            out.insert(parts[parts.len() - 2].to_owned());
+        } else {
+            out.insert(replica.default_schema.clone());
+        }
+    }
+    (out, false)
+}
+
+/// A table name split on the dots outside `${…}`.
+fn segments(name: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut depth, mut start) = (0usize, 0usize);
+    let bytes = name.as_bytes();
+    for (i, b) in bytes.iter().enumerate() {
+        match b {
+            b'{' if i > 0 && bytes[i - 1] == b'$' => depth += 1,
+            b'}' if depth > 0 => depth -= 1,
+            b'.' if depth == 0 => {
+                out.push(&name[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&name[start..]);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schemas_known_in_advance() {
+        let mut r = ReplicaConfig::new("postgres://h/db");
+        let topics = vec!["demo.inventory.orders".to_owned()];
+        // `${topic}` with dots replaced: one-part names, in the default schema.
+        assert_eq!(
+            target_schemas(&r, &topics),
+            (BTreeSet::from(["public".to_owned()]), false)
+        );
+        r.dots_to_underscores = false;
+        assert_eq!(
+            target_schemas(&r, &topics),
+            (BTreeSet::from(["inventory".to_owned()]), false)
+        );
+        r.table_name_format = "${source.schema}.${source.table}".into();
+        assert_eq!(target_schemas(&r, &topics), (BTreeSet::new(), true));
+        r.table_name_format = "repl.${source.table}".into();
+        assert_eq!(
+            target_schemas(&r, &topics),
+            (BTreeSet::from(["repl".to_owned()]), false)
+        );
+        r.table_name_format = "${source.table}".into();
+        assert_eq!(
+            target_schemas(&r, &topics),
+            (BTreeSet::from(["public".to_owned()]), false)
+        );
+        assert_eq!(
+            segments("a.${source.schema}.t"),
+            ["a", "${source.schema}", "t"]
+        );
+    }
+}

@@ -1,0 +1,272 @@
+//! `lakesink check` and `lakesink import-connect` through the binary. `check` runs against
+//! the real stack: a good config passes; a wrong S3 port, a wrong PostgreSQL password or a
+//! missing topic fails the named check with a non-zero exit.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use lakesink_tests::{Stack, unique, unreachable};
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+
+fn lakesink(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lakesink"));
+    cmd.args(args).env("RUST_LOG", "warn");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run lakesink")
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+async fn create_topic(stack: &Stack, topic: &str) {
+    let admin: AdminClient<_> = ClientConfig::new()
+        .set("bootstrap.servers", &stack.kafka_brokers)
+        .create()
+        .expect("admin client");
+    let created = admin
+        .create_topics(
+            [&NewTopic::new(topic, 1, TopicReplication::Fixed(1))],
+            &AdminOptions::new(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{}", unreachable("Kafka", &stack.kafka_brokers, e)));
+    for r in created {
+        r.unwrap_or_else(|(t, e)| panic!("creating topic {t}: {e}"));
+    }
+}
+
+struct Settings {
+    topic: String,
+    s3_endpoint: String,
+    pg_url: String,
+}
+
+/// A config with every section, written to a temp file; the PG password comes by reference.
+fn write_config(stack: &Stack, s: &Settings) -> PathBuf {
+    let dir = std::env::temp_dir().join(unique("lakesink-check"));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("lakesink.toml");
+    let text = format!(
+        r#"
+[kafka]
+brokers = "{brokers}"
+topics = ["{topic}"]
+
+[registry]
+url = "{registry}"
+
+[raw]
+url = "s3://{bucket}/{prefix}"
+
+[raw.store]
+endpoint = "{endpoint}"
+region = "{region}"
+access-key-id = "{key}"
+secret-access-key = "env:CHECK_S3_SECRET"
+allow-http = true
+
+[replica]
+url = "{pg}"
+password = "env:CHECK_PG_PASSWORD"
+offsets-schema = "{offsets}"
+"#,
+        brokers = stack.kafka_brokers,
+        topic = s.topic,
+        registry = stack.registry_url,
+        bucket = stack.s3_bucket,
+        prefix = unique("check"),
+        endpoint = s.s3_endpoint,
+        region = stack.s3_region,
+        key = stack.s3_access_key_id,
+        pg = s.pg_url,
+        offsets = unique("check_offsets"),
+    );
+    std::fs::write(&path, text).expect("write config");
+    path
+}
+
+/// The stack's replica URL without its password, and the password.
+fn split_password(url: &str) -> (String, String) {
+    let (scheme, rest) = url.split_once("://").expect("url");
+    let (auth, host) = rest.split_once('@').expect("user info");
+    let (user, pw) = auth.split_once(':').unwrap_or((auth, ""));
+    (format!("{scheme}://{user}@{host}"), pw.to_owned())
+}
+
+fn check(stack: &Stack, s: &Settings, pg_password: &str) -> (bool, String) {
+    let path = write_config(stack, s);
+    let out = lakesink(
+        &["check", "--config", path.to_str().expect("utf-8")],
+        &[
+            ("CHECK_S3_SECRET", &stack.s3_secret_access_key),
+            ("CHECK_PG_PASSWORD", pg_password),
+        ],
+    );
+    let (stdout, stderr) = text(&out);
+    (out.status.success(), format!("{stdout}{stderr}"))
+}
+
+fn line<'a>(report: &'a str, status: &str, check: &str) -> Option<&'a str> {
+    report
+        .lines()
+        .find(|l| l.starts_with(status) && l[4..].trim_start().starts_with(check))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn check_passes_a_good_config_and_names_the_failing_check() {
+    let stack = Stack::from_env();
+    let topic = unique("check-topic");
+    create_topic(&stack, &topic).await;
+    let (pg_url, pg_password) = split_password(&stack.replica_pg_url);
+    let good = Settings {
+        topic: topic.clone(),
+        s3_endpoint: stack.s3_endpoint.clone(),
+        pg_url: pg_url.clone(),
+    };
+
+    let (ok, report) = check(&stack, &good, &pg_password);
+    assert!(ok, "a good config must pass:\n{report}");
+    for name in [
+        "config",
+        "kafka",
+        "topics",
+        "registry",
+        "object store",
+        "database",
+    ] {
+        assert!(
+            line(&report, "OK", name).is_some(),
+            "no OK {name}:\n{report}"
+        );
+    }
+    assert!(!report.contains(&format!(":{pg_password}@")) || pg_password.is_empty());
+
+    // The S3 server on a port where nothing listens.
+    let bad_s3 = Settings {
+        s3_endpoint: "http://127.0.0.1:1".into(),
+        ..clone(&good)
+    };
+    let (ok, report) = check(&stack, &bad_s3, &pg_password);
+    assert!(!ok, "{report}");
+    assert!(line(&report, "FAIL", "object store").is_some(), "{report}");
+    assert!(line(&report, "OK", "database").is_some(), "{report}");
+
+    // A wrong PostgreSQL password.
+    let (ok, report) = check(&stack, &good, "not-the-password");
+    assert!(!ok, "{report}");
+    let fail = line(&report, "FAIL", "database").unwrap_or_else(|| panic!("{report}"));
+    assert!(fail.contains("password"), "{fail}");
+    assert!(!report.contains("not-the-password"), "{report}");
+    assert!(line(&report, "OK", "object store").is_some(), "{report}");
+
+    // A topic that does not exist.
+    let missing = Settings {
+        topic: unique("check-missing"),
+        ..clone(&good)
+    };
+    let (ok, report) = check(&stack, &missing, &pg_password);
+    assert!(!ok, "{report}");
+    let fail = line(&report, "FAIL", "topics").unwrap_or_else(|| panic!("{report}"));
+    assert!(fail.contains(&missing.topic), "{fail}");
+}
+
+fn clone(s: &Settings) -> Settings {
+    Settings {
+        topic: s.topic.clone(),
+        s3_endpoint: s.s3_endpoint.clone(),
+        pg_url: s.pg_url.clone(),
+    }
+}
+
+#[test]
+fn check_reports_a_config_that_does_not_load() {
+    let dir = std::env::temp_dir().join(unique("lakesink-check"));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("bad.toml");
+    std::fs::write(
+        &path,
+        "[kafka]\nbrokers = \"127.0.0.1:9092\"\ntopics = [\"t\"]\n[raw]\nurl = \"memory://x\"\nflush.size = 5\n",
+    )
+    .expect("write");
+    let out = lakesink(&["check", "--config", path.to_str().expect("utf-8")], &[]);
+    let (stdout, _) = text(&out);
+    assert!(!out.status.success());
+    let fail = line(&stdout, "FAIL", "config").unwrap_or_else(|| panic!("{stdout}"));
+    assert!(fail.contains("did you mean `flush-size`?"), "{fail}");
+}
+
+fn fixture(name: &str) -> String {
+    format!(
+        "{}/../config/tests/fixtures/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+#[test]
+fn import_connect_prints_the_config_and_reports_on_stderr() {
+    let out = lakesink(
+        &[
+            "import-connect",
+            &fixture("stack-s3-sink.json"),
+            &fixture("stack-debezium-jdbc-sink.json"),
+            "--brokers",
+            "127.0.0.1:9092",
+        ],
+        &[],
+    );
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stdout.contains("[raw]") && stdout.contains("[replica]"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("brokers = \"127.0.0.1:9092\""), "{stdout}");
+    assert!(stderr.contains("not carried over:"), "{stderr}");
+    assert!(stderr.contains("tasks.max"), "{stderr}");
+
+    // With -o the report is at the top of the file, as comments.
+    let dir = std::env::temp_dir().join(unique("lakesink-import"));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("out.toml");
+    let out = lakesink(
+        &[
+            "import-connect",
+            &fixture("debezium-jdbc-sink.json"),
+            "-o",
+            path.to_str().expect("utf-8"),
+        ],
+        &[],
+    );
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    let written = std::fs::read_to_string(&path).expect("written");
+    assert!(written.starts_with("# imported "), "{written}");
+    assert!(written.contains("# notes:"), "{written}");
+    assert!(!written.contains("pgpassword"), "{written}");
+    assert!(stderr.contains("LAKESINK_REPLICA_PASSWORD"), "{stderr}");
+
+    // Different topics: an error naming both files.
+    let out = lakesink(
+        &[
+            "import-connect",
+            &fixture("seed-001-orders-s3-sink.json"),
+            &fixture("debezium-jdbc-sink.json"),
+        ],
+        &[],
+    );
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("seed-001-orders-s3-sink.json")
+            && stderr.contains("debezium-jdbc-sink.json"),
+        "{stderr}"
+    );
+}
