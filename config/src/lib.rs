@@ -3,6 +3,7 @@
 //!
 //! This is the only crate that reads the process environment.
 
+mod kafka_security;
 mod overrides;
 mod raw;
 mod replica;
@@ -12,6 +13,9 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+pub use kafka_security::{
+    KafkaOAuth, KafkaSecurity, MskIam, SaslMechanism, SecurityProtocol, msk_region_of,
+};
 pub use overrides::ENV_PREFIX;
 pub use raw::{
     Codec, Content, PartitionerKind, RawConfig, StoreConfig, TimestampSource, Tombstones,
@@ -44,7 +48,10 @@ pub struct KafkaConfig {
     pub topics: Vec<String>,
     /// A regex over topic names, as Kafka Connect's `topics.regex`.
     pub topics_regex: Option<String>,
-    /// Extra librdkafka properties (`"security.protocol" = "SSL"`), passed through as is.
+    /// TLS and SASL towards the brokers (`[kafka.security]`).
+    pub security: Option<KafkaSecurity>,
+    /// Extra librdkafka properties (`"fetch.wait.max.ms" = "100"`), passed through as is,
+    /// after (and over) what `security` sets.
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
     /// How keys and values are encoded.
@@ -222,6 +229,9 @@ impl Config {
                 field: "kafka.group-id",
                 reason: "must not be empty".into(),
             });
+        }
+        if let Some(security) = &k.security {
+            security.validate()?;
         }
         if k.json_value_schema.is_some() && k.format != RecordFormat::Json {
             return Err(ConfigError::Invalid {

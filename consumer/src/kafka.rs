@@ -5,11 +5,14 @@ use std::sync::{Arc, Mutex};
 use anyhow::Context;
 use lakesink_config::KafkaConfig;
 use lakesink_schema_registry::{ChangeBatch, ChangeDecoder, KafkaRecord, SchemaResolver};
+use rdkafka::client::OAuthToken;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Headers};
 use rdkafka::{ClientConfig, ClientContext, Message};
 use tracing::{debug, info, warn};
+
+use crate::kafka_auth::{self, KafkaAuth};
 
 /// Partitions taken away by the group, collected during `recv` and handled by the loop
 /// before it looks at the next message.
@@ -27,9 +30,24 @@ impl Revoked {
 
 pub(crate) struct GroupContext {
     revoked: Revoked,
+    auth: KafkaAuth,
 }
 
-impl ClientContext for GroupContext {}
+impl ClientContext for GroupContext {
+    // lakesink makes its own OAUTHBEARER tokens (kafka_auth).
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn generate_oauth_token(
+        &self,
+        oauthbearer_config: Option<&str>,
+    ) -> Result<OAuthToken, Box<dyn std::error::Error>> {
+        self.auth.token(oauthbearer_config)
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.auth.report(&error, reason);
+    }
+}
 
 impl ConsumerContext for GroupContext {
     fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
@@ -77,6 +95,7 @@ pub(crate) fn subscribe(config: &KafkaConfig) -> anyhow::Result<(GroupConsumer, 
         .set("max.partition.fetch.bytes", "4194304")
         .set("fetch.max.bytes", "16777216")
         .set("queued.max.messages.kbytes", "16384");
+    kafka_auth::configure(config, &mut cc)?;
     for (k, v) in &config.properties {
         cc.set(k, v);
     }
@@ -84,6 +103,7 @@ pub(crate) fn subscribe(config: &KafkaConfig) -> anyhow::Result<(GroupConsumer, 
     let consumer: GroupConsumer = cc
         .create_with_context(GroupContext {
             revoked: revoked.clone(),
+            auth: KafkaAuth::new(config)?,
         })
         .context("creating the Kafka consumer")?;
     let subscription = match &config.topics_regex {

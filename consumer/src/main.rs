@@ -1,6 +1,7 @@
 //! The `lakesink` binary.
 
 mod kafka;
+mod kafka_auth;
 mod pipeline;
 mod replica;
 mod sinks;
