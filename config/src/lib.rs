@@ -6,6 +6,7 @@
 
 pub mod connect_import;
 mod errors;
+mod kafka_security;
 mod overrides;
 mod raw;
 mod replica;
@@ -19,6 +20,9 @@ use std::path::Path;
 use serde::Deserialize;
 
 pub use errors::{ErrorsConfig, Tolerance};
+pub use kafka_security::{
+    KafkaOAuth, KafkaSecurity, MskIam, SaslMechanism, SecurityProtocol, msk_region_of,
+};
 pub use overrides::ENV_PREFIX;
 pub use raw::{
     Codec, Content, PartitionerKind, RawConfig, StoreConfig, TimestampSource, Tombstones,
@@ -61,7 +65,10 @@ pub struct KafkaConfig {
     pub topics: Vec<String>,
     /// A regex over topic names, as Kafka Connect's `topics.regex`.
     pub topics_regex: Option<String>,
-    /// Extra librdkafka properties (`"security.protocol" = "SSL"`), passed through as is.
+    /// TLS and SASL towards the brokers (`[kafka.security]`).
+    pub security: Option<KafkaSecurity>,
+    /// Extra librdkafka properties (`"fetch.wait.max.ms" = "100"`), passed through as is,
+    /// after (and over) what `security` sets.
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
     /// How keys and values are encoded.
@@ -304,6 +311,9 @@ impl Config {
                 field: "kafka.group-id",
                 reason: "must not be empty".into(),
             });
+        }
+        if let Some(security) = &k.security {
+            security.validate()?;
         }
         if k.json_value_schema.is_some() && k.format != RecordFormat::Json {
             return Err(ConfigError::Invalid {

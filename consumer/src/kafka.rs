@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::Context;
 use lakesink_config::KafkaConfig;
 use lakesink_schema_registry::{ChangeBatch, ChangeDecoder, KafkaRecord, SchemaResolver};
+use rdkafka::client::OAuthToken;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Headers};
@@ -12,6 +13,7 @@ use rdkafka::statistics::Statistics;
 use rdkafka::{ClientConfig, ClientContext, Message};
 use tracing::{debug, info, warn};
 
+use crate::kafka_auth::{self, KafkaAuth};
 use crate::telemetry::Telemetry;
 use crate::telemetry::metrics::PartitionLabels;
 
@@ -32,9 +34,24 @@ impl Revoked {
 pub(crate) struct GroupContext {
     revoked: Revoked,
     telemetry: Option<Arc<Telemetry>>,
+    auth: KafkaAuth,
 }
 
 impl ClientContext for GroupContext {
+    // lakesink makes its own OAUTHBEARER tokens (kafka_auth).
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn generate_oauth_token(
+        &self,
+        oauthbearer_config: Option<&str>,
+    ) -> Result<OAuthToken, Box<dyn std::error::Error>> {
+        self.auth.token(oauthbearer_config)
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.auth.report(&error, reason);
+    }
+
     /// librdkafka's statistics (every `statistics.interval.ms`): the lag of each partition.
     fn stats(&self, stats: Statistics) {
         let Some(t) = &self.telemetry else { return };
@@ -120,6 +137,7 @@ pub(crate) fn subscribe(
         // For the lag gauges.
         cc.set("statistics.interval.ms", "5000");
     }
+    kafka_auth::configure(config, &mut cc)?;
     for (k, v) in &config.properties {
         cc.set(k, v);
     }
@@ -128,6 +146,7 @@ pub(crate) fn subscribe(
         .create_with_context(GroupContext {
             revoked: revoked.clone(),
             telemetry,
+            auth: KafkaAuth::new(config)?,
         })
         .context("creating the Kafka consumer")?;
     let subscription = match &config.topics_regex {

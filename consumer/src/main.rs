@@ -5,6 +5,7 @@ mod dead_letter;
 mod headers;
 mod import;
 mod kafka;
+mod kafka_auth;
 mod pipeline;
 mod progress;
 mod replay;

@@ -5,6 +5,7 @@
 
 pub mod debezium;
 pub mod golden;
+pub mod secure;
 pub mod workload;
 
 use std::time::Duration;

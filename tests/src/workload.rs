@@ -124,15 +124,23 @@ async fn register(stack: &Stack, artifact: &str, schema: &Value) -> u32 {
 impl Table {
     /// Creates `topic` with `partitions` and registers the table's schemas.
     pub async fn create(stack: &Stack, topic: &str, partitions: i32) -> Self {
-        let admin: AdminClient<_> = ClientConfig::new()
-            .set("bootstrap.servers", &stack.kafka_brokers)
-            .create()
-            .expect("admin client");
+        Self::create_in(stack, &client(&stack.kafka_brokers), topic, partitions).await
+    }
+
+    /// As [`Table::create`], on the cluster `kafka` reaches (its brokers and security).
+    pub async fn create_in(
+        stack: &Stack,
+        kafka: &ClientConfig,
+        topic: &str,
+        partitions: i32,
+    ) -> Self {
+        let brokers = kafka.get("bootstrap.servers").unwrap_or_default();
+        let admin: AdminClient<_> = kafka.create().expect("admin client");
         let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
         let created = admin
             .create_topics([&new], &AdminOptions::new())
             .await
-            .unwrap_or_else(|e| panic!("{}", unreachable("Kafka", &stack.kafka_brokers, e)));
+            .unwrap_or_else(|e| panic!("{}", unreachable("Kafka", brokers, e)));
         for r in created {
             r.unwrap_or_else(|(t, e)| panic!("creating topic {t}: {e}"));
         }
@@ -223,6 +231,11 @@ impl Table {
         self.produce_range(stack, partitions, 0..count, base_ts_ms);
     }
 
+    /// As [`Table::produce`], to the cluster `kafka` reaches (its brokers and security).
+    pub fn produce_in(&self, kafka: &ClientConfig, partitions: i32, count: i64, base_ts_ms: i64) {
+        self.send_to(kafka, partitions, events(0..count, base_ts_ms));
+    }
+
     /// As [`Table::produce`], for rows `ids` (event `i` is row `i`, at `base_ts_ms + i`).
     pub fn produce_range(
         &self,
@@ -231,15 +244,7 @@ impl Table {
         ids: std::ops::Range<i64>,
         base_ts_ms: i64,
     ) {
-        let events = ids.map(|i| {
-            let op = match i % 50 {
-                49 => 'd',
-                n if n % 10 == 9 => 'u',
-                _ => 'c',
-            };
-            (i, op, i % 7 + 1, base_ts_ms + i)
-        });
-        self.send(stack, partitions, events);
+        self.send(stack, partitions, events(ids, base_ts_ms));
     }
 
     /// Produces `count` events of `stream` (see [`Stream`]); row `id` goes to partition
@@ -268,8 +273,17 @@ impl Table {
         partitions: i32,
         events: impl Iterator<Item = (i64, char, i64, i64)>,
     ) {
-        let producer: BaseProducer = ClientConfig::new()
-            .set("bootstrap.servers", &stack.kafka_brokers)
+        self.send_to(&client(&stack.kafka_brokers), partitions, events);
+    }
+
+    fn send_to(
+        &self,
+        kafka: &ClientConfig,
+        partitions: i32,
+        events: impl Iterator<Item = (i64, char, i64, i64)>,
+    ) {
+        let producer: BaseProducer = kafka
+            .clone()
             .set("linger.ms", "20")
             .set("batch.size", "1000000")
             .set("compression.type", "lz4")
@@ -355,6 +369,28 @@ impl Stream {
             })
             .collect()
     }
+}
+
+/// Events of rows `ids` (event `i` is row `i`, at `base_ts_ms + i`): every tenth an update,
+/// every fiftieth a delete, the rest inserts.
+fn events(
+    ids: std::ops::Range<i64>,
+    base_ts_ms: i64,
+) -> impl Iterator<Item = (i64, char, i64, i64)> {
+    ids.map(move |i| {
+        let op = match i % 50 {
+            49 => 'd',
+            n if n % 10 == 9 => 'u',
+            _ => 'c',
+        };
+        (i, op, i % 7 + 1, base_ts_ms + i)
+    })
+}
+
+fn client(brokers: &str) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", brokers);
+    c
 }
 
 fn frame(id: u32) -> Vec<u8> {

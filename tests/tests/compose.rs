@@ -69,6 +69,8 @@ fn compose_names_the_same_services_as_dev_stack() {
         [
             "connect",
             "kafka",
+            "kafka-secure",
+            "kafka-secure-tls",
             "lakesink",
             "registry",
             "replica-pg",
@@ -90,6 +92,10 @@ fn compose_publishes_the_ports_dev_stack_uses() {
     let compose = compose();
     for (service, var) in [
         ("kafka", "LAKESINK_KAFKA_BROKERS"),
+        ("kafka-secure", "LAKESINK_KAFKA_SASL_BROKERS"),
+        ("kafka-secure", "LAKESINK_KAFKA_SSL_BROKERS"),
+        ("kafka-secure", "LAKESINK_KAFKA_SASL_SSL_BROKERS"),
+        ("kafka-secure", "LAKESINK_KAFKA_OAUTH_BROKERS"),
         ("registry", "LAKESINK_REGISTRY_URL"),
         ("connect", "LAKESINK_CONNECT_URL"),
         ("s3", "LAKESINK_S3_ENDPOINT"),
@@ -107,8 +113,9 @@ fn compose_publishes_the_ports_dev_stack_uses() {
     }
 }
 
-/// Variables for the tests on the host, not for the lakesink service.
-const HOST_ONLY: [&str; 1] = ["LAKESINK_PYTHON"];
+/// Variables for the tests on the host, not for the lakesink service: the readers' Python,
+/// and the TLS-only PostgreSQL of the security tests.
+const HOST_ONLY: [&str; 2] = ["LAKESINK_PYTHON", "LAKESINK_TLS_PG_URL"];
 
 #[test]
 fn compose_gives_lakesink_every_variable_dev_stack_prints() {

@@ -1,0 +1,367 @@
+//! Amazon MSK IAM access control: the OAUTHBEARER token is a SigV4-presigned
+//! `https://kafka.<region>.amazonaws.com/?Action=kafka-cluster:Connect` URL, base64url-encoded
+//! without padding, made as AWS's signers (aws-msk-iam-sasl-signer-python, -go, -js) make it.
+//!
+//! Credentials come from the AWS default chain through `aws-config`. This is the one place in
+//! lakesink, besides the config crate, that reads the process environment: the chain's
+//! variables (`AWS_ACCESS_KEY_ID`, `AWS_PROFILE`, `AWS_WEB_IDENTITY_TOKEN_FILE`,
+//! `AWS_CONTAINER_CREDENTIALS_*`, …) and the shared config files belong to the AWS SDKs'
+//! contract, which operators expect lakesink to honour as every other AWS client does.
+
+use std::fmt::Write as _;
+use std::time::{Duration, SystemTime};
+
+use aws_config::{BehaviorVersion, ConfigLoader, Region, SdkConfig};
+use aws_credential_types::Credentials;
+use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use chrono::{DateTime, Utc};
+use hmac::{Hmac, KeyInit, Mac};
+use lakesink_config::MskIam;
+use sha2::{Digest, Sha256};
+use tokio::sync::Mutex;
+use tracing::{debug, info};
+
+use super::Token;
+
+/// How long a token is valid, as the official signers make them.
+const EXPIRES_SECONDS: i64 = 900;
+const SIGNING_NAME: &str = "kafka-cluster";
+const ACTION: &str = "kafka-cluster:Connect";
+/// The SHA-256 of an empty payload: a presigned GET carries none.
+const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+/// Credentials closer than this to their expiry are fetched again.
+const CREDENTIALS_MARGIN: Duration = Duration::from_secs(300);
+
+/// The `User-Agent` query parameter, which MSK logs (it is not signed).
+pub(super) fn user_agent() -> String {
+    format!("lakesink/{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// The token for `region`, signed with `credentials` at `at`, and when it expires (ms since
+/// the epoch).
+pub(crate) fn sign(
+    region: &str,
+    credentials: &Credentials,
+    at: DateTime<Utc>,
+    user_agent: &str,
+) -> (String, i64) {
+    let host = format!("kafka.{region}.amazonaws.com");
+    let amz_date = at.format("%Y%m%dT%H%M%SZ").to_string();
+    let scope = format!(
+        "{}/{region}/{SIGNING_NAME}/aws4_request",
+        at.format("%Y%m%d")
+    );
+    let expires = EXPIRES_SECONDS.to_string();
+    // The order botocore writes them in: the operation's parameters, then the auth ones.
+    let mut params: Vec<(&str, String)> = vec![
+        ("Action", ACTION.to_owned()),
+        ("X-Amz-Algorithm", "AWS4-HMAC-SHA256".to_owned()),
+        (
+            "X-Amz-Credential",
+            format!("{}/{scope}", credentials.access_key_id()),
+        ),
+        ("X-Amz-Date", amz_date.clone()),
+        ("X-Amz-Expires", expires),
+        ("X-Amz-SignedHeaders", "host".to_owned()),
+    ];
+    if let Some(token) = credentials.session_token() {
+        params.push(("X-Amz-Security-Token", token.to_owned()));
+    }
+    let mut encoded: Vec<(String, String)> =
+        params.iter().map(|(k, v)| (encode(k), encode(v))).collect();
+    let query = join(&encoded);
+    encoded.sort();
+    let canonical_query = join(&encoded);
+    let canonical_request =
+        format!("GET\n/\n{canonical_query}\nhost:{host}\n\nhost\n{EMPTY_SHA256}");
+    let string_to_sign = format!(
+        "AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{}",
+        hex(&Sha256::digest(canonical_request.as_bytes()))
+    );
+    let mut key = hmac(
+        format!("AWS4{}", credentials.secret_access_key()).as_bytes(),
+        at.format("%Y%m%d").to_string().as_bytes(),
+    );
+    for part in [region, SIGNING_NAME, "aws4_request"] {
+        key = hmac(&key, part.as_bytes());
+    }
+    let signature = hex(&hmac(&key, string_to_sign.as_bytes()));
+    let url = format!(
+        "https://{host}/?{query}&X-Amz-Signature={signature}&User-Agent={}",
+        encode(user_agent)
+    );
+    let expiry_ms = (at.timestamp() + EXPIRES_SECONDS) * 1000;
+    (URL_SAFE_NO_PAD.encode(url), expiry_ms)
+}
+
+/// Percent-encodes all but RFC 3986's unreserved characters, as SigV4 requires.
+fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+fn join(pairs: &[(String, String)]) -> String {
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+fn hmac(key: &[u8], data: &[u8]) -> Vec<u8> {
+    // HMAC takes a key of any length.
+    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(key).unwrap_or_else(|_| unreachable!());
+    mac.update(data);
+    mac.finalize().into_bytes().to_vec()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+/// Makes MSK IAM tokens from the AWS credential chain.
+pub(crate) struct MskIamTokens {
+    settings: MskIam,
+    /// From the config or the broker names; else the AWS configuration's.
+    region: Option<String>,
+    /// Adjusts the AWS loader (tests point it at their own files and environment).
+    tune: fn(ConfigLoader) -> ConfigLoader,
+    chain: Mutex<Option<Chain>>,
+}
+
+struct Chain {
+    region: String,
+    provider: SharedCredentialsProvider,
+    /// The last credentials, reused until shortly before they expire.
+    cached: Option<Credentials>,
+}
+
+impl MskIamTokens {
+    pub(crate) fn new(settings: MskIam, region: Option<String>) -> Self {
+        Self::tuned(settings, region, |loader| loader)
+    }
+
+    pub(crate) fn tuned(
+        settings: MskIam,
+        region: Option<String>,
+        tune: fn(ConfigLoader) -> ConfigLoader,
+    ) -> Self {
+        Self {
+            settings,
+            region,
+            tune,
+            chain: Mutex::new(None),
+        }
+    }
+
+    /// A fresh token, signed now.
+    pub(crate) async fn token(&self) -> Result<Token, String> {
+        let mut slot = self.chain.lock().await;
+        if slot.is_none() {
+            *slot = Some(self.load().await?);
+        }
+        let chain = slot
+            .as_mut()
+            .ok_or("the AWS credential chain is not loaded")?;
+        let fresh = |c: &Credentials| {
+            c.expiry()
+                .is_some_and(|e| e > SystemTime::now() + CREDENTIALS_MARGIN)
+        };
+        let credentials = match chain.cached.as_ref().filter(|c| fresh(c)) {
+            Some(c) => c.clone(),
+            None => {
+                let c =
+                    chain.provider.provide_credentials().await.map_err(|e| {
+                        format!("no AWS credentials for MSK IAM: {}", chain_error(&e))
+                    })?;
+                debug!(access_key_id = c.access_key_id(), expiry = ?c.expiry(), "AWS credentials loaded");
+                chain.cached = Some(c.clone());
+                c
+            }
+        };
+        let (value, lifetime_ms) = sign(&chain.region, &credentials, Utc::now(), &user_agent());
+        Ok(Token {
+            value,
+            principal: credentials.access_key_id().to_owned(),
+            lifetime_ms,
+        })
+    }
+
+    async fn load(&self) -> Result<Chain, String> {
+        let mut loader = aws_config::defaults(BehaviorVersion::latest());
+        if let Some(profile) = &self.settings.profile {
+            loader = loader.profile_name(profile);
+        }
+        if let Some(region) = &self.region {
+            loader = loader.region(Region::new(region.clone()));
+        }
+        let sdk: SdkConfig = (self.tune)(loader).load().await;
+        let region = sdk
+            .region()
+            .map(ToString::to_string)
+            .ok_or("no AWS region for MSK IAM: set kafka.security.aws.region (or AWS_REGION)")?;
+        let mut provider = sdk
+            .credentials_provider()
+            .ok_or("the AWS configuration has no credentials provider")?;
+        if let Some(role) = &self.settings.role_arn {
+            let mut builder = aws_config::sts::AssumeRoleProvider::builder(role)
+                .configure(&sdk)
+                .region(Region::new(region.clone()));
+            if let Some(name) = &self.settings.role_session_name {
+                builder = builder.session_name(name);
+            }
+            provider = SharedCredentialsProvider::new(builder.build().await);
+        }
+        info!(%region, profile = ?self.settings.profile, role = ?self.settings.role_arn, "MSK IAM: AWS credential chain loaded");
+        Ok(Chain {
+            region,
+            provider,
+            cached: None,
+        })
+    }
+}
+
+/// The chain's error with its causes: the top-level one alone says little.
+fn chain_error(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let _ = write!(text, ": {s}");
+        source = s.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PYTHON_AGENT: &str = "aws-msk-iam-sasl-signer-python/1.0.2";
+
+    fn at(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s)
+            .expect("time")
+            .with_timezone(&Utc)
+    }
+
+    /// Tokens made by aws-msk-iam-sasl-signer-python 1.0.2 for the same credentials and
+    /// signing time: tests/python/msk_iam_token.py prints them.
+    #[test]
+    fn tokens_match_the_official_python_signer() {
+        let creds = Credentials::new(
+            "AKIDEXAMPLE",
+            "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+            None,
+            None,
+            "test",
+        );
+        let (token, expiry) = sign(
+            "us-east-1",
+            &creds,
+            at("2024-05-01T13:00:00Z"),
+            PYTHON_AGENT,
+        );
+        assert_eq!(
+            token,
+            "aHR0cHM6Ly9rYWZrYS51cy1lYXN0LTEuYW1hem9uYXdzLmNvbS8_QWN0aW9uPWthZmthLWNsdXN0ZXIlM0FDb25uZWN0JlgtQW16LUFsZ29yaXRobT1BV1M0LUhNQUMtU0hBMjU2JlgtQW16LUNyZWRlbnRpYWw9QUtJREVYQU1QTEUlMkYyMDI0MDUwMSUyRnVzLWVhc3QtMSUyRmthZmthLWNsdXN0ZXIlMkZhd3M0X3JlcXVlc3QmWC1BbXotRGF0ZT0yMDI0MDUwMVQxMzAwMDBaJlgtQW16LUV4cGlyZXM9OTAwJlgtQW16LVNpZ25lZEhlYWRlcnM9aG9zdCZYLUFtei1TaWduYXR1cmU9NDc5M2E1Y2Q2MGU0Mzc5ZmFmMjcwMDBmNDA0OTVlNzE3MDMwMjg3ZmE0YjYxNjQ2ODIwNjFmZGU4MTIwM2RjYSZVc2VyLUFnZW50PWF3cy1tc2staWFtLXNhc2wtc2lnbmVyLXB5dGhvbiUyRjEuMC4y"
+        );
+        assert_eq!(expiry, 1_714_569_300_000);
+
+        let creds = Credentials::new(
+            "ASIAEXAMPLE",
+            "secret/with+special=chars",
+            Some("IQoJb3JpZ2luX2VjE//token+/=".to_owned()),
+            None,
+            "test",
+        );
+        let (token, expiry) = sign(
+            "eu-west-1",
+            &creds,
+            at("2025-12-31T23:59:59Z"),
+            PYTHON_AGENT,
+        );
+        assert_eq!(
+            token,
+            "aHR0cHM6Ly9rYWZrYS5ldS13ZXN0LTEuYW1hem9uYXdzLmNvbS8_QWN0aW9uPWthZmthLWNsdXN0ZXIlM0FDb25uZWN0JlgtQW16LUFsZ29yaXRobT1BV1M0LUhNQUMtU0hBMjU2JlgtQW16LUNyZWRlbnRpYWw9QVNJQUVYQU1QTEUlMkYyMDI1MTIzMSUyRmV1LXdlc3QtMSUyRmthZmthLWNsdXN0ZXIlMkZhd3M0X3JlcXVlc3QmWC1BbXotRGF0ZT0yMDI1MTIzMVQyMzU5NTlaJlgtQW16LUV4cGlyZXM9OTAwJlgtQW16LVNpZ25lZEhlYWRlcnM9aG9zdCZYLUFtei1TZWN1cml0eS1Ub2tlbj1JUW9KYjNKcFoybHVYMlZqRSUyRiUyRnRva2VuJTJCJTJGJTNEJlgtQW16LVNpZ25hdHVyZT1kNzEzMjg2NjkzMDViN2ZmYTBmOGMwMmQ2ZjJlMjcxNzk2MDc3ZTBmNDE4OWNmNTczMzJkOGUxMTMwNTliNGE0JlVzZXItQWdlbnQ9YXdzLW1zay1pYW0tc2FzbC1zaWduZXItcHl0aG9uJTJGMS4wLjI"
+        );
+        assert_eq!(expiry, 1_767_226_499_000);
+    }
+
+    #[test]
+    fn the_token_decodes_to_the_presigned_url() {
+        let creds = Credentials::new("AKID", "secret", None, None, "test");
+        let (token, _) = sign("ap-south-1", &creds, Utc::now(), &user_agent());
+        let url =
+            String::from_utf8(URL_SAFE_NO_PAD.decode(token).expect("base64url")).expect("utf8");
+        assert!(
+            url.starts_with(
+                "https://kafka.ap-south-1.amazonaws.com/?Action=kafka-cluster%3AConnect&"
+            ),
+            "{url}"
+        );
+        assert!(url.contains("&X-Amz-Expires=900&"), "{url}");
+        assert!(
+            url.ends_with(&format!(
+                "&User-Agent=lakesink%2F{}",
+                env!("CARGO_PKG_VERSION")
+            )),
+            "{url}"
+        );
+    }
+
+    /// The chain as lakesink loads it, from a profile in a shared credentials file and no
+    /// environment at all.
+    #[tokio::test]
+    async fn credentials_come_from_a_named_profile() {
+        let dir = std::env::temp_dir().join(format!("lakesink-msk-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("credentials");
+        std::fs::write(
+            &file,
+            "[default]\naws_access_key_id = AKIDDEFAULT\naws_secret_access_key = d\n\n[msk]\naws_access_key_id = AKIDPROFILE\naws_secret_access_key = s\naws_session_token = t\n",
+        )
+        .expect("credentials file");
+        // A test cannot hand a closure with state to `tuned`: the file's path goes through
+        // a process-wide cell.
+        static FILE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+        let _ = FILE.set(file);
+        #[allow(deprecated)]
+        fn tune(loader: ConfigLoader) -> ConfigLoader {
+            use aws_config::profile::profile_file::{ProfileFileKind, ProfileFiles};
+            let path = FILE.get().expect("file set");
+            loader.empty_test_environment().profile_files(
+                ProfileFiles::builder()
+                    .with_file(ProfileFileKind::Credentials, path)
+                    .build(),
+            )
+        }
+        let tokens = MskIamTokens::tuned(
+            MskIam {
+                profile: Some("msk".into()),
+                ..MskIam::default()
+            },
+            Some("us-east-1".into()),
+            tune,
+        );
+        let token = tokens.token().await.expect("token");
+        assert_eq!(token.principal, "AKIDPROFILE");
+        let url =
+            String::from_utf8(URL_SAFE_NO_PAD.decode(&token.value).expect("b64")).expect("utf8");
+        assert!(url.contains("X-Amz-Security-Token=t&"), "{url}");
+        let now_ms = Utc::now().timestamp_millis();
+        assert!(token.lifetime_ms > now_ms + 800_000 && token.lifetime_ms <= now_ms + 900_000);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
