@@ -104,14 +104,7 @@ impl PgReplicator {
         tx.commit().await.map_err(setup)?;
         Ok(Self {
             pool,
-            rules: Rules {
-                template,
-                pk_mode: config.pk_mode,
-                pk_fields: config.pk_fields.clone(),
-                delete_enabled: config.delete_enabled,
-                truncate_enabled: config.truncate_enabled,
-                keyless: config.keyless,
-            },
+            rules: Rules::new(config, template),
             auto_create: config.auto_create,
             evolution: config.schema_evolution,
             offsets,
@@ -331,14 +324,7 @@ pub fn describe_plan(
         "replica",
     )
     .map_err(ReplicaError::Setup)?;
-    let rules = Rules {
-        template,
-        pk_mode: config.pk_mode,
-        pk_fields: config.pk_fields.clone(),
-        delete_enabled: config.delete_enabled,
-        truncate_enabled: config.truncate_enabled,
-        keyless: config.keyless,
-    };
+    let rules = Rules::new(config, template);
     let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
     let mut out = Vec::new();
     for mut work in plan::plan(&rules, batches, &HashMap::new())? {

@@ -25,6 +25,19 @@ pub(crate) struct Rules {
     pub keyless: KeylessMode,
 }
 
+impl Rules {
+    pub(crate) fn new(config: &lakesink_config::ReplicaConfig, template: NameTemplate) -> Self {
+        Self {
+            template,
+            pk_mode: config.pk_mode,
+            pk_fields: config.pk_fields.clone(),
+            delete_enabled: config.delete_enabled,
+            truncate_enabled: config.truncate_enabled,
+            keyless: config.keyless,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct ColumnDef {
     pub name: String,
