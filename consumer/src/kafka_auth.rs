@@ -136,7 +136,9 @@ impl KafkaAuth {
                     .or_else(|| msk_region_of(&config.brokers));
                 Some(Source::MskIam(MskIamTokens::new(aws, region)))
             }
-            _ if raw("enable.sasl.oauthbearer.unsecure.jwt") == Some("true") => {
+            _ if raw("enable.sasl.oauthbearer.unsecure.jwt")
+                .is_some_and(|v| v.eq_ignore_ascii_case("true")) =>
+            {
                 Some(Source::Unsecured)
             }
             _ => None,
