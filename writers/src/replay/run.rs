@@ -124,7 +124,18 @@ pub async fn run(
         summary.stopped = true;
         return summary;
     }
-    let workers = opts.parallelism.max(1).min(plan.partitions.len().max(1));
+    // Streams of partitions, balanced by rows (largest first onto the lightest stream).
+    let streams = opts.parallelism.max(1).min(plan.partitions.len().max(1));
+    let mut parts = plan.partitions;
+    parts.sort_by_key(|p| std::cmp::Reverse(p.rows()));
+    let mut groups: Vec<(u64, Vec<PartitionPlan>)> =
+        (0..streams).map(|_| (0, Vec::new())).collect();
+    for p in parts {
+        if let Some(g) = groups.iter_mut().min_by_key(|g| g.0) {
+            g.0 += p.rows();
+            g.1.push(p);
+        }
+    }
     let shared = Arc::new(Shared {
         raw,
         replicator,
@@ -132,32 +143,10 @@ pub async fn run(
         problems: Mutex::new(plan.problems),
         halted: AtomicBool::new(false),
     });
-    // Largest first, so the last partitions to finish are short ones.
-    let mut parts = plan.partitions;
-    parts.sort_by_key(|p| std::cmp::Reverse(p.rows()));
-    let queue = Arc::new(Mutex::new(VecDeque::from(parts)));
     let mut tasks = tokio::task::JoinSet::new();
-    for _ in 0..workers {
-        let (shared, queue) = (shared.clone(), queue.clone());
-        tasks.spawn(async move {
-            let mut done = Vec::new();
-            loop {
-                let next = queue.lock().ok().and_then(|mut q| q.pop_front());
-                let Some(part) = next else { break };
-                if shared.stopping() {
-                    done.push(PartitionDone {
-                        topic: part.topic.clone(),
-                        partition: part.partition,
-                        next_offset: part.stored,
-                        rows_applied: 0,
-                        complete: false,
-                    });
-                    continue;
-                }
-                done.push(replay_partition(&shared, part).await);
-            }
-            done
-        });
+    for (_, parts) in groups.into_iter().filter(|g| !g.1.is_empty()) {
+        let shared = shared.clone();
+        tasks.spawn(async move { replay_stream(&shared, parts).await });
     }
     while let Some(joined) = tasks.join_next().await {
         match joined {
@@ -209,24 +198,11 @@ impl Pending {
         }
     }
 
-    /// The next transaction's batches: up to the limits, at least one batch.
-    fn take(&mut self, rows: usize, bytes: usize) -> Vec<(ChangeBatch, Arc<str>)> {
-        let mut out = Vec::new();
-        let (mut r, mut b) = (0, 0);
-        while let Some((batch, _)) = self.batches.front() {
-            let (br, bb) = (batch.rows.num_rows(), slice_bytes(batch));
-            if !out.is_empty() && (r + br > rows || b + bb > bytes) {
-                break;
-            }
-            r += br;
-            b += bb;
-            if let Some(x) = self.batches.pop_front() {
-                out.push(x);
-            }
-        }
-        self.rows -= r;
-        self.bytes -= b;
-        out
+    fn pop(&mut self) -> Option<(ChangeBatch, Arc<str>)> {
+        let x = self.batches.pop_front()?;
+        self.rows -= x.0.rows.num_rows();
+        self.bytes -= slice_bytes(&x.0);
+        Some(x)
     }
 }
 
@@ -240,21 +216,28 @@ fn slice_bytes(b: &ChangeBatch) -> usize {
         .sum()
 }
 
-async fn replay_partition(shared: &Arc<Shared>, part: PartitionPlan) -> PartitionDone {
-    let opts = &shared.opts;
-    let stats = &opts.stats;
-    let mut done = PartitionDone {
-        topic: part.topic.clone(),
-        partition: part.partition,
-        next_offset: part.stored,
-        rows_applied: 0,
-        complete: false,
-    };
-    let (tx, mut rx) = mpsc::channel::<Result<SegmentRows, Problem>>(1);
-    let reader = {
+/// One partition of a stream: its reader, what it read, where it stands.
+struct Lane {
+    rx: mpsc::Receiver<Result<SegmentRows, Problem>>,
+    reader: tokio::task::JoinHandle<bool>,
+    pending: Pending,
+    /// The reader may send more.
+    open: bool,
+    done: PartitionDone,
+}
+
+impl Lane {
+    fn start(shared: &Arc<Shared>, part: PartitionPlan) -> Self {
+        let (tx, rx) = mpsc::channel::<Result<SegmentRows, Problem>>(1);
+        let done = PartitionDone {
+            topic: part.topic.clone(),
+            partition: part.partition,
+            next_offset: part.stored,
+            rows_applied: 0,
+            complete: false,
+        };
         let shared = shared.clone();
-        let part = part.clone();
-        tokio::spawn(async move {
+        let reader = tokio::spawn(async move {
             let mut cursor = Cursor::new(&part);
             let skip_bad = shared.opts.continue_on_error;
             for seg in &part.segments {
@@ -270,67 +253,127 @@ async fn replay_partition(shared: &Arc<Shared>, part: PartitionPlan) -> Partitio
                 }
             }
             true
-        })
-    };
-    let mut pending = Pending::default();
+        });
+        Self {
+            rx,
+            reader,
+            pending: Pending::default(),
+            open: true,
+            done,
+        }
+    }
+}
+
+/// Replays a set of partitions as one stream of transactions, each taking batches from every
+/// partition in turn (as the live path's transactions mix its partitions), each partition's
+/// batches in offset order.
+async fn replay_stream(shared: &Arc<Shared>, parts: Vec<PartitionPlan>) -> Vec<PartitionDone> {
+    let opts = &shared.opts;
+    let stats = &opts.stats;
+    let mut lanes: Vec<Lane> = parts.into_iter().map(|p| Lane::start(shared, p)).collect();
     let mut own_problem = false;
-    while let Some(r) = rx.recv().await {
-        match r {
-            Err(p) => {
-                own_problem |= !opts.continue_on_error || p.kind == ProblemKind::Unavailable;
-                shared.fail(p);
-            }
-            Ok(mut seg) => {
-                stats.files.fetch_add(seg.files as u64, Ordering::Relaxed);
-                stats.segments.fetch_add(1, Ordering::Relaxed);
-                stats.bytes.fetch_add(seg.bytes, Ordering::Relaxed);
-                stats.rows_read.fetch_add(seg.rows_read, Ordering::Relaxed);
-                for p in std::mem::take(&mut seg.problems) {
-                    shared.report(p);
+    'stream: loop {
+        // Every open partition holding less than its share of a transaction reads on.
+        let open = lanes.iter().filter(|l| l.open).count().max(1);
+        let share = (opts.tx_rows / open).max(1);
+        for lane in lanes
+            .iter_mut()
+            .filter(|l| l.open && l.pending.rows < share)
+        {
+            match lane.rx.recv().await {
+                None => lane.open = false,
+                Some(Err(p)) => {
+                    if !opts.continue_on_error || p.kind == ProblemKind::Unavailable {
+                        own_problem = true;
+                        lane.open = false;
+                    }
+                    shared.fail(p);
                 }
-                pending.push(seg);
+                Some(Ok(mut seg)) => {
+                    stats.files.fetch_add(seg.files as u64, Ordering::Relaxed);
+                    stats.segments.fetch_add(1, Ordering::Relaxed);
+                    stats.bytes.fetch_add(seg.bytes, Ordering::Relaxed);
+                    stats.rows_read.fetch_add(seg.rows_read, Ordering::Relaxed);
+                    for p in std::mem::take(&mut seg.problems) {
+                        shared.report(p);
+                    }
+                    lane.pending.push(seg);
+                }
+            }
+            if own_problem || shared.stopping() {
+                break 'stream;
             }
         }
-        if own_problem || shared.stopping() {
+        let rows: usize = lanes.iter().map(|l| l.pending.rows).sum();
+        let bytes: usize = lanes.iter().map(|l| l.pending.bytes).sum();
+        let any_open = lanes.iter().any(|l| l.open);
+        if rows == 0 && !any_open {
             break;
         }
-        while pending.rows >= opts.tx_rows || pending.bytes >= opts.tx_bytes {
-            let batches = pending.take(opts.tx_rows, opts.tx_bytes);
-            if !apply(shared, &batches, &mut done).await || shared.stopping() {
+        if rows >= opts.tx_rows || bytes >= opts.tx_bytes || !any_open {
+            let batches = take(&mut lanes, opts.tx_rows, opts.tx_bytes);
+            if !apply(shared, &batches, &mut lanes).await || shared.stopping() {
                 break;
             }
         }
-        if shared.stopping() {
-            break;
-        }
     }
-    drop(rx);
-    let read_all = reader.await.unwrap_or(false);
-    // What was read before this partition's own problem is applied; when stopping for any
-    // other reason, nothing more is.
+    // What was read before this stream's own problem is applied; when stopping for any other
+    // reason, nothing more is.
     if own_problem || !shared.stopping() {
-        while !pending.batches.is_empty() {
-            let batches = pending.take(opts.tx_rows, opts.tx_bytes);
-            if !apply(shared, &batches, &mut done).await {
+        while lanes.iter().any(|l| !l.pending.batches.is_empty()) {
+            let batches = take(&mut lanes, opts.tx_rows, opts.tx_bytes);
+            if !apply(shared, &batches, &mut lanes).await {
                 break;
             }
         }
     }
-    done.complete = read_all && !own_problem && !shared.stopping() && pending.batches.is_empty();
-    stats.partitions_done.fetch_add(1, Ordering::Relaxed);
-    debug!(topic = %done.topic, partition = done.partition, next = ?done.next_offset,
-        rows = done.rows_applied, "partition replayed");
-    done
+    let mut out = Vec::with_capacity(lanes.len());
+    for mut lane in lanes {
+        lane.rx.close();
+        let read_all = (&mut lane.reader).await.unwrap_or(false);
+        lane.done.complete =
+            read_all && !own_problem && !shared.stopping() && lane.pending.batches.is_empty();
+        stats.partitions_done.fetch_add(1, Ordering::Relaxed);
+        debug!(topic = %lane.done.topic, partition = lane.done.partition,
+            next = ?lane.done.next_offset, rows = lane.done.rows_applied, "partition replayed");
+        out.push(lane.done);
+    }
+    out
+}
+
+/// The next transaction's batches: one batch from each partition in turn, up to the limits,
+/// at least one batch.
+fn take(lanes: &mut [Lane], rows: usize, bytes: usize) -> Vec<(ChangeBatch, Arc<str>)> {
+    let mut out = Vec::new();
+    let (mut r, mut b) = (0, 0);
+    'fill: loop {
+        let mut any = false;
+        for lane in lanes.iter_mut() {
+            let Some((batch, _)) = lane.pending.batches.front() else {
+                continue;
+            };
+            let (br, bb) = (batch.rows.num_rows(), slice_bytes(batch));
+            if !out.is_empty() && (r + br > rows || b + bb > bytes) {
+                break 'fill;
+            }
+            if let Some(x) = lane.pending.pop() {
+                r += br;
+                b += bb;
+                out.push(x);
+                any = true;
+            }
+        }
+        if !any {
+            break;
+        }
+    }
+    out
 }
 
 /// Applies one transaction's batches; false when it could not (the problem is reported).
-async fn apply(
-    shared: &Shared,
-    batches: &[(ChangeBatch, Arc<str>)],
-    done: &mut PartitionDone,
-) -> bool {
+async fn apply(shared: &Shared, batches: &[(ChangeBatch, Arc<str>)], lanes: &mut [Lane]) -> bool {
     let only: Vec<ChangeBatch> = batches.iter().map(|(b, _)| b.clone()).collect();
-    match apply_retrying(shared, &only, done).await {
+    match apply_retrying(shared, &only, lanes).await {
         Ok(()) => true,
         Err(e) if e.is_retryable() => {
             shared.fail(refused(batches, &e, ProblemKind::Unavailable));
@@ -340,7 +383,7 @@ async fn apply(
             // Find the batches the replica refuses; apply the others.
             debug!(error = %e, "a transaction was refused: applying its batches one by one");
             for one in batches {
-                if !Box::pin(apply(shared, std::slice::from_ref(one), done)).await
+                if !Box::pin(apply(shared, std::slice::from_ref(one), lanes)).await
                     && shared.stopping()
                 {
                     return false;
@@ -358,22 +401,30 @@ async fn apply(
 async fn apply_retrying(
     shared: &Shared,
     batches: &[ChangeBatch],
-    done: &mut PartitionDone,
+    lanes: &mut [Lane],
 ) -> Result<(), ReplicaError> {
     let mut backoff = Duration::from_millis(200);
     let mut tries = 0;
     loop {
         match shared.replicator.apply(&shared.opts.group, batches).await {
             Ok(applied) => {
-                let rows: usize = batches.iter().map(|b| b.rows.num_rows()).sum();
-                done.rows_applied += rows as u64;
-                for a in applied {
-                    if a.topic == done.topic && a.partition == done.partition {
-                        done.next_offset = Some(a.next_offset);
+                let stats = &shared.opts.stats;
+                for lane in lanes.iter_mut() {
+                    let d = &mut lane.done;
+                    let rows: usize = batches
+                        .iter()
+                        .filter(|b| *b.topic == *d.topic && b.partition == d.partition)
+                        .map(|b| b.rows.num_rows())
+                        .sum();
+                    d.rows_applied += rows as u64;
+                    stats.rows_applied.fetch_add(rows as u64, Ordering::Relaxed);
+                    if let Some(a) = applied
+                        .iter()
+                        .find(|a| a.topic == d.topic && a.partition == d.partition)
+                    {
+                        d.next_offset = Some(a.next_offset);
                     }
                 }
-                let stats = &shared.opts.stats;
-                stats.rows_applied.fetch_add(rows as u64, Ordering::Relaxed);
                 stats.transactions.fetch_add(1, Ordering::Relaxed);
                 return Ok(());
             }
@@ -388,22 +439,34 @@ async fn apply_retrying(
     }
 }
 
-/// The problem for a refused transaction: the offsets the error names, and their file.
+/// The problem for a refused transaction: the partition and offsets the error names, and
+/// their file.
 fn refused(batches: &[(ChangeBatch, Arc<str>)], e: &ReplicaError, kind: ProblemKind) -> Problem {
     let (first, last) = (&batches[0].0, &batches[batches.len() - 1].0);
-    let offsets = match e {
-        ReplicaError::BadData { at, .. } | ReplicaError::Rejected { at, .. } => at.offsets,
-        _ => (first.first_offset, last.last_offset),
+    let (topic, partition, offsets) = match e {
+        ReplicaError::BadData { at, .. } | ReplicaError::Rejected { at, .. } => {
+            (at.topic.clone(), at.partition, at.offsets)
+        }
+        _ => (
+            first.topic.to_string(),
+            first.partition,
+            (first.first_offset, last.last_offset),
+        ),
     };
     let key = batches
         .iter()
-        .find(|(b, _)| b.first_offset <= offsets.0 && offsets.0 <= b.last_offset)
+        .find(|(b, _)| {
+            *b.topic == *topic
+                && b.partition == partition
+                && b.first_offset <= offsets.0
+                && offsets.0 <= b.last_offset
+        })
         .or(batches.first())
         .map(|(_, k)| k.to_string());
     Problem {
         kind,
-        topic: first.topic.to_string(),
-        partition: first.partition,
+        topic,
+        partition,
         offsets: Some(offsets),
         key,
         detail: e.to_string(),
