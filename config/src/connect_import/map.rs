@@ -1572,3 +1572,68 @@ impl Merged {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regexes_are_anchored_whole() {
+        assert_eq!(anchor("demo\\..*"), "^demo\\..*$");
+        assert_eq!(anchor("^a.*$"), "^a.*$");
+        assert_eq!(anchor("a|b"), "^(a|b)$");
+    }
+
+    #[test]
+    fn provider_references() {
+        assert_eq!(
+            provider_reference("${file:/opt/s.properties:pw}"),
+            Some(("file".into(), "/opt/s.properties".into(), "pw".into()))
+        );
+        assert_eq!(
+            provider_reference("${env:PG_PW}"),
+            Some(("env".into(), String::new(), "PG_PW".into()))
+        );
+        assert_eq!(provider_reference("plain"), None);
+        assert!(has_provider_reference("x${vault:secret/pg:pw}"));
+        assert!(!has_provider_reference("${topic}"));
+        assert!(!has_provider_reference("${source.schema}.${source.table}"));
+    }
+
+    #[test]
+    fn unwrapped_fields_are_paths_in_the_event() {
+        assert_eq!(event_path("region", true), "after.region");
+        assert_eq!(event_path("__source_ts_ms", true), "source.ts_ms");
+        assert_eq!(event_path("__source_db", true), "source.db");
+        assert_eq!(event_path("source.ts_ms", false), "source.ts_ms");
+    }
+
+    fn secret_of(value: &str) -> (String, Vec<String>) {
+        let mut cfg = Cfg {
+            file: "f.json",
+            map: BTreeMap::new(),
+            dropped: Vec::new(),
+            notes: Vec::new(),
+        };
+        let r = cfg.secret("connection.password", value, "VAR", "replica.password");
+        (r, cfg.notes)
+    }
+
+    #[test]
+    fn secrets_become_references() {
+        let (r, notes) = secret_of("hunter2");
+        assert_eq!(r, "env:VAR");
+        assert!(notes[0].contains("set VAR") && !notes[0].contains("hunter2"));
+        assert_eq!(secret_of("${env:PG}").0, "env:PG");
+        assert_eq!(
+            secret_of("${directory:/run/secrets/:pg}").0,
+            "file:/run/secrets/pg"
+        );
+        let (r, notes) = secret_of("${file:/etc/c.properties:pw}");
+        assert_eq!(r, "env:VAR");
+        assert!(notes[0].contains("${file:/etc/c.properties:pw}"));
+        let (r, notes) = secret_of("${secretsmanager:db:password}");
+        assert_eq!(r, "env:VAR");
+        assert!(notes[0].contains("secretsmanager"));
+    }
+}
