@@ -168,9 +168,12 @@ pub(crate) async fn push<R: SchemaResolver>(
     decoder: &mut ChangeDecoder<R>,
     msg: &BorrowedMessage<'_>,
 ) -> Result<Vec<ChangeBatch>, lakesink_schema_registry::ChangeError> {
+    // Once per message: librdkafka re-parses an empty header block on every call (with an
+    // allocation each time), and framing asks for up to eight names.
+    let headers = msg.headers();
     // Kafka's lastHeader semantics, as Apicurio reads them.
     let header = |name: &str| {
-        msg.headers()
+        headers
             .and_then(|hs| hs.iter().filter(|h| h.key == name).last())
             .and_then(|h| h.value)
     };
