@@ -5,7 +5,8 @@
 //! decoder, in a file not yet uploaded, or in a transaction not yet committed). Kafka's
 //! auto-commit commits what was stored; shutdown drains the sinks, then commits.
 
-use std::collections::{HashMap, HashSet};
+// Per-record lookups: foldhash, not SipHash (keys are our own topic names and partitions).
+use foldhash::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -70,7 +71,7 @@ impl Pending {
             }
             None => {
                 self.consumed
-                    .insert(topic.to_owned(), HashMap::from([(partition, next)]));
+                    .insert(topic.to_owned(), [(partition, next)].into_iter().collect());
             }
         }
     }

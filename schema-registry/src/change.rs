@@ -9,7 +9,8 @@
 //! nulls in the value columns, so delete + tombstone pairs never split batches.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+// Per-record lookups: foldhash, not SipHash (keys are topic names and schema ids).
+use foldhash::{HashMap, HashSet};
 use std::sync::Arc;
 
 use arrow_array::builder::{
@@ -176,6 +177,10 @@ struct Open {
     value_rows: Vec<Option<u32>>,
 }
 
+/// Spare decoders kept per schema: enough for a schema's partitions, bounded for the odd
+/// topic with very many.
+const MAX_SPARE_DECODERS: usize = 64;
+
 /// Decodes records into [`ChangeBatch`]es, holding one open batch per partition.
 pub struct ChangeDecoder<R> {
     resolver: R,
@@ -185,6 +190,9 @@ pub struct ChangeDecoder<R> {
     open: HashMap<(Arc<str>, i32), Open>,
     /// Topic names seen, so a record costs no string allocation.
     topics: HashSet<Arc<str>>,
+    /// Decoders of closed batches, by schema, for the next batch of that schema: building one
+    /// means compiling the schema again, and batches close every few hundred rows.
+    spare: HashMap<SchemaRef, Vec<AvroBatchDecoder>>,
     /// Closed batches not yet handed over: a record that fails after closing a batch must not
     /// take that batch down with it.
     ready: Vec<ChangeBatch>,
@@ -205,9 +213,10 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
             resolver,
             format,
             batch_rows: batch_rows.max(1),
-            prepared: HashMap::new(),
-            open: HashMap::new(),
-            topics: HashSet::new(),
+            prepared: HashMap::default(),
+            open: HashMap::default(),
+            topics: HashSet::default(),
+            spare: HashMap::default(),
             ready: Vec::new(),
             cache: CacheStats::default(),
         }
@@ -341,18 +350,17 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
                 && !(o.shape == ValueShape::KeyOnly && value_schema.is_some())
         });
         if !reuse && let Some(open) = self.open.remove(&part) {
-            self.ready
-                .extend(finish(&part, open).map_err(at(Side::Value))?);
+            let closed = self.close(&part, open).map_err(at(Side::Value))?;
+            self.ready.extend(closed);
         }
         if !self.open.contains_key(&part) {
             let shape = match &value_prepared {
                 Some(p) => p.shape.unwrap_or(ValueShape::Flattened),
                 None => ValueShape::KeyOnly,
             };
-            let decoder = |p: &Option<Arc<Prepared>>| {
-                p.as_ref()
-                    .map(|p| AvroBatchDecoder::new(&p.schema, self.batch_rows))
-                    .transpose()
+            let mut decoder = |s: &Option<SchemaRef>, p: &Option<Arc<Prepared>>| match (s, p) {
+                (Some(s), Some(p)) => self.decoder(s, p).map(Some),
+                _ => Ok(None),
             };
             let open = Open {
                 first_offset: record.offset,
@@ -360,8 +368,9 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
                 key_schema: key_schema.clone(),
                 value_schema: value_schema.clone(),
                 shape,
-                keys: decoder(&key_prepared).map_err(|e| at(Side::Key)(e.into()))?,
-                values: decoder(&value_prepared).map_err(|e| at(Side::Value)(e.into()))?,
+                keys: decoder(&key_schema, &key_prepared).map_err(|e| at(Side::Key)(e.into()))?,
+                values: decoder(&value_schema, &value_prepared)
+                    .map_err(|e| at(Side::Value)(e.into()))?,
                 offsets: Int64Builder::new(),
                 timestamps: TimestampMillisecondBuilder::new().with_timezone("UTC"),
                 tombstones: BooleanBuilder::new(),
@@ -392,6 +401,43 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
         })
     }
 
+    /// A decoder for `schema`: a spare one when there is one.
+    fn decoder(
+        &mut self,
+        schema: &SchemaRef,
+        prepared: &Prepared,
+    ) -> Result<AvroBatchDecoder, crate::avro::DecodeError> {
+        match self.spare.get_mut(schema).and_then(Vec::pop) {
+            Some(d) => Ok(d),
+            None => AvroBatchDecoder::new(&prepared.schema, self.batch_rows),
+        }
+    }
+
+    /// Closes a batch; its decoders, flushed empty, are kept for the next batch of their schema.
+    fn close(
+        &mut self,
+        part: &(Arc<str>, i32),
+        mut open: Open,
+    ) -> Result<Option<ChangeBatch>, ChangeErrorKind> {
+        let batch = finish(part, &mut open)?;
+        for (schema, decoder) in [
+            (open.key_schema, open.keys),
+            (open.value_schema, open.values),
+        ] {
+            // A decoder still holding a stray row (a key whose value failed, in a batch closed
+            // with no rows) is dropped rather than carry the row into the next batch.
+            if let (Some(schema), Some(decoder)) = (schema, decoder)
+                && decoder.rows() == 0
+            {
+                let spare = self.spare.entry(schema).or_default();
+                if spare.len() < MAX_SPARE_DECODERS {
+                    spare.push(decoder);
+                }
+            }
+        }
+        Ok(batch)
+    }
+
     /// Hands over every batch of one partition, the open one closed (on revoke, or before a
     /// flush of the sinks).
     pub fn finish_partition(
@@ -406,7 +452,7 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
         let part = (Arc::<str>::from(topic), partition);
         if let Some(open) = self.open.remove(&part) {
             let offset = open.last_offset;
-            out.extend(finish(&part, open).map_err(|kind| ChangeError {
+            out.extend(self.close(&part, open).map_err(|kind| ChangeError {
                 topic: topic.to_owned(),
                 partition,
                 offset,
@@ -488,7 +534,7 @@ fn pick(decoded: &RecordBatch, rows: &[Option<u32>]) -> Result<Vec<ArrayRef>, Ch
 }
 
 /// The open batch as a [`ChangeBatch`]; None when every record pushed into it failed.
-fn finish(part: &(Arc<str>, i32), mut open: Open) -> Result<Option<ChangeBatch>, ChangeErrorKind> {
+fn finish(part: &(Arc<str>, i32), open: &mut Open) -> Result<Option<ChangeBatch>, ChangeErrorKind> {
     let model = |e: arrow_schema::ArrowError| ChangeErrorKind::Model(e.to_string());
     let n = open.offsets.len();
     if n == 0 {
@@ -612,8 +658,8 @@ fn finish(part: &(Arc<str>, i32), mut open: Open) -> Result<Option<ChangeBatch>,
         partition: part.1,
         first_offset: open.first_offset,
         last_offset: open.last_offset,
-        key_schema: open.key_schema,
-        value_schema: open.value_schema,
+        key_schema: open.key_schema.clone(),
+        value_schema: open.value_schema.clone(),
         shape: open.shape,
         rows,
     }))

@@ -362,3 +362,47 @@ async fn a_record_failing_after_a_schema_change_keeps_the_closed_batch() {
     assert_eq!(spans, [(0, 0)]);
     assert!(dec.finish_all().unwrap().is_empty());
 }
+
+/// Key ids of a batch, in row order.
+fn key_ids(batch: &ChangeBatch) -> Vec<i64> {
+    let keys = batch.rows.column_by_name("key").unwrap().as_struct();
+    keys.column_by_name("id")
+        .unwrap()
+        .as_primitive::<Int64Type>()
+        .values()
+        .to_vec()
+}
+
+#[tokio::test]
+async fn decoders_reused_across_batches_carry_nothing_over() {
+    let mut dec = ChangeDecoder::new(resolver(), AVRO, 100);
+    for round in 0..3i64 {
+        for i in 0..4 {
+            let id = round * 10 + i;
+            let offset = round * 100 + i;
+            let value = envelope(None, Some((id, "a")), "c");
+            push(&mut dec, offset, Some(&key(id)), Some(&value))
+                .await
+                .unwrap();
+        }
+        let batch = dec.finish_all().unwrap().remove(0);
+        let want: Vec<i64> = (0..4).map(|i| round * 10 + i).collect();
+        assert_eq!(key_ids(&batch), want, "round {round}");
+    }
+    assert_eq!(dec.spare.values().map(Vec::len).sum::<usize>(), 2);
+
+    // A record whose key decodes and whose value fails leaves a stray key row in a batch with
+    // no rows: the next batch still holds only its own rows.
+    let mut bad = envelope(None, Some((50, "b")), "c");
+    bad.truncate(bad.len() - 3);
+    push(&mut dec, 400, Some(&key(50)), Some(&bad))
+        .await
+        .unwrap_err();
+    assert!(dec.finish_all().unwrap().is_empty());
+    let value = envelope(None, Some((51, "c")), "c");
+    push(&mut dec, 401, Some(&key(51)), Some(&value))
+        .await
+        .unwrap();
+    let batch = dec.finish_all().unwrap().remove(0);
+    assert_eq!(key_ids(&batch), vec![51]);
+}
