@@ -74,6 +74,9 @@ struct Cursor<'a> {
     pos: usize,
 }
 
+// Errors are built lazily: DatumError owns strings, so an eager `ok_or` value costs a drop call
+// on every success, which showed in profiles.
+#[allow(clippy::unnecessary_lazy_evaluations)]
 impl Cursor<'_> {
     #[inline]
     fn take(&mut self, n: usize) -> Result<&[u8], DatumError> {
