@@ -60,8 +60,10 @@ raw_section() {
 [raw]
 url = "s3://$BUCKET/bench/replay/$1"
 flush-size = $flush
-# Partitions of the mixed stream hold uneven counts: their last segment closes when idle.
-rotate-interval-ms = 2000
+# Partitions of the mixed stream hold uneven counts: their last segment closes on the wall-clock
+# schedule. (Not rotate-interval-ms: the records are 1 ms apart in record time, so a 2 s span
+# cut every 500 records and made a raw layer of 2,000 small files.)
+rotate-schedule-interval-ms = 5000
 codec = "snappy"
 
 [raw.store]

@@ -406,3 +406,20 @@ async fn decoders_reused_across_batches_carry_nothing_over() {
     let batch = dec.finish_all().unwrap().remove(0);
     assert_eq!(key_ids(&batch), vec![51]);
 }
+
+/// The raw layer opens one file per Arrow schema in a segment: batches from a reused decoder
+/// must carry the very schema a fresh one gives.
+#[tokio::test]
+async fn a_reused_decoder_gives_the_same_arrow_schema() {
+    let mut dec = ChangeDecoder::new(resolver(), AVRO, 100);
+    let mut schemas = Vec::new();
+    for round in 0..3i64 {
+        let value = envelope(None, Some((round, "a")), "c");
+        push(&mut dec, round, Some(&key(round)), Some(&value))
+            .await
+            .unwrap();
+        schemas.push(dec.finish_all().unwrap().remove(0).rows.schema());
+    }
+    assert_eq!(schemas[0], schemas[1]);
+    assert_eq!(schemas[1], schemas[2]);
+}
