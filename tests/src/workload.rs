@@ -136,7 +136,11 @@ impl Table {
     ) -> Self {
         let brokers = kafka.get("bootstrap.servers").unwrap_or_default();
         let admin: AdminClient<_> = kafka.create().expect("admin client");
-        let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+        // The tests' records carry 2024 timestamps (their hourly directories are asserted), far
+        // past a default 7-day retention: a retention check in the middle of a test would delete
+        // them and leave the consumer an empty topic. dev/stack's brokers keep data anyway.
+        let new =
+            NewTopic::new(topic, partitions, TopicReplication::Fixed(1)).set("retention.ms", "-1");
         let created = admin
             .create_topics([&new], &AdminOptions::new())
             .await

@@ -50,4 +50,6 @@ transaction.state.log.min.isr=1
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
+# As the main broker: no time-based retention, the tests' records carry 2024 timestamps.
+log.retention.ms=-1
 E2
