@@ -105,6 +105,26 @@ impl<'a> Cfg<'a> {
         self.map.remove(key)
     }
 
+    /// OAuth client credentials (`[id, secret, scope]` keys) into `[registry.oauth]`; the
+    /// secret becomes a reference to `secret_var`.
+    fn oauth_client(
+        &mut self,
+        oauth: &mut Section,
+        [id, secret, scope]: [&str; 3],
+        secret_var: &str,
+    ) {
+        if let Some(v) = self.plain(id) {
+            oauth.set("client-id", v);
+        }
+        if let Some(v) = self.take(secret) {
+            let r = self.secret(secret, &v, secret_var, "registry.oauth.client-secret");
+            oauth.set("client-secret", r);
+        }
+        if let Some(v) = self.plain(scope) {
+            oauth.set("scope", v);
+        }
+    }
+
     /// A non-secret value; a config-provider reference (`${file:…}`) cannot be carried.
     fn plain(&mut self, key: &str) -> Option<String> {
         let v = self.take(key)?;
@@ -574,22 +594,15 @@ fn converter_settings(
                 part.oauth.set("token-url", t);
             }
             for base in ["apicurio.registry.auth.", "apicurio.auth."] {
-                if let Some(id) = cfg.plain(&k(&format!("{base}client.id"))) {
-                    part.oauth.set("client-id", id);
-                }
-                let key = k(&format!("{base}client.secret"));
-                if let Some(s) = cfg.take(&key) {
-                    let r = cfg.secret(
-                        &key,
-                        &s,
-                        &secret_var("CLIENT_SECRET"),
-                        "registry.oauth.client-secret",
-                    );
-                    part.oauth.set("client-secret", r);
-                }
-                if let Some(scope) = cfg.plain(&k(&format!("{base}client.scope"))) {
-                    part.oauth.set("scope", scope);
-                }
+                cfg.oauth_client(
+                    &mut part.oauth,
+                    [
+                        &k(&format!("{base}client.id")),
+                        &k(&format!("{base}client.secret")),
+                        &k(&format!("{base}client.scope")),
+                    ],
+                    &secret_var("CLIENT_SECRET"),
+                );
             }
         }
         Family::Confluent => {
@@ -647,22 +660,15 @@ fn converter_settings(
                 if let Some(t) = cfg.plain(&k("bearer.auth.issuer.endpoint.url")) {
                     part.oauth.set("token-url", t);
                 }
-                if let Some(id) = cfg.plain(&k("bearer.auth.client.id")) {
-                    part.oauth.set("client-id", id);
-                }
-                let key = k("bearer.auth.client.secret");
-                if let Some(s) = cfg.take(&key) {
-                    let r = cfg.secret(
-                        &key,
-                        &s,
-                        &secret_var("CLIENT_SECRET"),
-                        "registry.oauth.client-secret",
-                    );
-                    part.oauth.set("client-secret", r);
-                }
-                if let Some(scope) = cfg.plain(&k("bearer.auth.scope")) {
-                    part.oauth.set("scope", scope);
-                }
+                cfg.oauth_client(
+                    &mut part.oauth,
+                    [
+                        &k("bearer.auth.client.id"),
+                        &k("bearer.auth.client.secret"),
+                        &k("bearer.auth.scope"),
+                    ],
+                    &secret_var("CLIENT_SECRET"),
+                );
             } else if let Some(b) = bearer {
                 cfg.dropped.push(Dropped {
                     file: cfg.file.to_owned(),
