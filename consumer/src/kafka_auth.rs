@@ -252,12 +252,26 @@ impl KafkaAuth {
     }
 }
 
+/// How much earlier than its expiry librdkafka is told a token expires. librdkafka checks for
+/// renewal once a second, so its renewal at 80% of the lifetime can land up to a second late,
+/// while the broker has each connection re-authenticate at 90% of its session (KIP-368). On a
+/// short-lived token a late renewal let a connection re-authenticate with the old token into a
+/// session under a second long, and the broker refuses a second re-authentication within a
+/// second. Reporting 1.25 s less keeps the renewal ahead for any lifetime.
+const RENEWAL_SLACK_MS: i64 = 1_250;
+
 impl From<Token> for OAuthToken {
     fn from(t: Token) -> Self {
+        let early = t.lifetime_ms - RENEWAL_SLACK_MS;
         OAuthToken {
             token: t.value,
             principal_name: t.principal,
-            lifetime_ms: t.lifetime_ms,
+            // librdkafka refuses a token that has already expired.
+            lifetime_ms: if early > Utc::now().timestamp_millis() {
+                early
+            } else {
+                t.lifetime_ms
+            },
         }
     }
 }

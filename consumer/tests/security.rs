@@ -268,7 +268,8 @@ async fn ssl_to_kafka_and_to_the_registry() {
 async fn oauthbearer_with_tokens_from_a_token_endpoint() {
     let (stack, k) = (Stack::from_env(), SecureStack::from_env());
     let topic = topic(&stack, &k.oauth_client(), "sec-oauth").await;
-    // Tokens live 6 s, so librdkafka asks for a new one after about 5.
+    // Tokens live 6 s (whole seconds in `exp`, as real providers issue them), so librdkafka
+    // asks for a new one after about 5.
     let idp = TokenEndpoint::start("lakesink-client", "idp-secret", 6).await;
     let security = format!(
         "[kafka.security]\nprotocol = \"sasl-plaintext\"\nmechanism = \"oauthbearer\"\n[kafka.security.oauth]\ntoken-url = \"{}\"\nclient-id = \"lakesink-client\"\nclient-secret = \"idp-secret\"\nscope = \"kafka\"",
@@ -284,15 +285,19 @@ async fn oauthbearer_with_tokens_from_a_token_endpoint() {
     );
     let mut tail = Tail::start(&config);
     assert_workload(&tail.rows(ROWS as usize, Duration::from_secs(60)));
+    // Three tokens: the connections re-authenticate with each (KIP-368), so this runs
+    // through two renewals and the re-authentications that follow them.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while idp.issued() < 2 {
+    while idp.issued() < 3 {
         assert!(
             Instant::now() < deadline,
-            "the token was never renewed; log:\n{}",
+            "the token was not renewed twice; log:\n{}",
             tail.log()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // The re-authentications with the third token.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     let log = tail.log();
     assert!(log.contains("Kafka OAUTHBEARER token obtained"), "{log}");
     assert!(!log.contains("authentication failed"), "{log}");

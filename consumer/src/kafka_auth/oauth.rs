@@ -103,11 +103,7 @@ impl ClientCredentials {
             .map_err(|e| (false, format!("the answer is not a token response: {e}")))?;
         let claims = jwt_claims(&body.access_token);
         let now_ms = Utc::now().timestamp_millis();
-        let lifetime_ms = match (body.expires_in, claim_i64(&claims, "exp")) {
-            (Some(secs), _) => now_ms + secs * 1000,
-            (None, Some(exp)) => exp * 1000,
-            (None, None) => now_ms + DEFAULT_LIFETIME_MS,
-        };
+        let lifetime_ms = lifetime_ms(now_ms, body.expires_in, claim_i64(&claims, "exp"));
         let principal = claims
             .as_ref()
             .and_then(|c| c.get("sub"))
@@ -119,6 +115,17 @@ impl ClientCredentials {
             principal,
             lifetime_ms,
         })
+    }
+}
+
+/// When a token expires, in ms since the epoch: the earlier of `expires_in` and the JWT's
+/// `exp`. The broker ends the session at `exp`, which is in whole seconds and so can come up
+/// to a second before `expires_in` says.
+fn lifetime_ms(now_ms: i64, expires_in: Option<i64>, exp: Option<i64>) -> i64 {
+    match (expires_in.map(|s| now_ms + s * 1000), exp.map(|e| e * 1000)) {
+        (Some(a), Some(b)) => a.min(b),
+        (Some(a), None) | (None, Some(a)) => a,
+        (None, None) => now_ms + DEFAULT_LIFETIME_MS,
     }
 }
 
@@ -212,6 +219,22 @@ mod tests {
         assert!((exp - iat - 60.0).abs() < 0.01);
         assert!(unsecured_jwt(None).is_err());
         assert!(unsecured_jwt(Some("principal=a extension_x=1")).is_err());
+    }
+
+    #[test]
+    fn the_earlier_of_expires_in_and_exp_is_the_lifetime() {
+        let now = 1_700_000_000_900;
+        assert_eq!(
+            lifetime_ms(now, Some(6), Some(1_700_000_006)),
+            1_700_000_006_000
+        );
+        assert_eq!(lifetime_ms(now, Some(6), Some(1_700_000_600)), now + 6_000);
+        assert_eq!(
+            lifetime_ms(now, None, Some(1_700_000_006)),
+            1_700_000_006_000
+        );
+        assert_eq!(lifetime_ms(now, Some(6), None), now + 6_000);
+        assert_eq!(lifetime_ms(now, None, None), now + DEFAULT_LIFETIME_MS);
     }
 
     #[test]
