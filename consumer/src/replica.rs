@@ -1,7 +1,12 @@
-//! The replica side of the pipeline: decoded batches collect while the previous set is being
-//! applied, so PostgreSQL and the consumer work at the same time. One apply runs at a time,
-//! which keeps each partition's records in offset order. A failed apply that can succeed
-//! later (database restarting) is retried with capped backoff; offsets do not move meanwhile.
+//! The replica side of the pipeline. Partitions are spread over lanes, one per connection
+//! of `replica.pool-size`; each lane applies one transaction at a time, over its partitions
+//! only, while the next batches of those partitions collect. A partition stays in its lane, so
+//! its records are applied in offset order, and lanes commit independently: PostgreSQL works
+//! on several transactions at once. A failed apply that can succeed later (database
+//! restarting, a deadlock between lanes) is retried with capped backoff; offsets do not move
+//! meanwhile.
+
+mod lanes;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,14 +15,13 @@ use std::time::{Duration, Instant};
 use lakesink_config::ReplicaConfig;
 use lakesink_schema_registry::ChangeBatch;
 use lakesink_writers::{Applied, PgReplicator, ReplicaError};
-use tokio::task::JoinHandle;
+use tokio::task::JoinSet;
 use tracing::warn;
 
 use crate::telemetry::metrics::SinkTopicLabels;
 use crate::telemetry::status::REPLICA;
 use crate::telemetry::{Component, Telemetry};
-
-type Part = (String, i32);
+use lanes::{Lanes, Part};
 
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
@@ -26,13 +30,8 @@ pub(crate) struct ReplicaSink {
     group: String,
     max_rows: usize,
     max_bytes: usize,
-    pending: Vec<ChangeBatch>,
-    pending_rows: usize,
-    pending_bytes: usize,
-    /// First offset per partition of what is pending, and of what is being applied.
-    pending_start: HashMap<Part, i64>,
-    inflight_start: HashMap<Part, i64>,
-    inflight: Option<JoinHandle<Result<Vec<Applied>, ReplicaError>>>,
+    lanes: Lanes,
+    running: JoinSet<(usize, Result<Vec<Applied>, ReplicaError>)>,
     /// Per partition, records below this are in the replica already (from its offsets table).
     floor: HashMap<Part, i64>,
     telemetry: Arc<Telemetry>,
@@ -44,18 +43,17 @@ impl ReplicaSink {
         group: &str,
         telemetry: Arc<Telemetry>,
     ) -> anyhow::Result<Self> {
-        let replicator = PgReplicator::connect(config).await?;
+        // One connection per lane, and one for offset lookups on partition assignment.
+        let mut pool = config.clone();
+        pool.pool_size = config.pool_size.saturating_add(1);
+        let replicator = PgReplicator::connect(&pool).await?;
         Ok(Self {
             replicator: Arc::new(replicator),
             group: group.to_owned(),
             max_rows: config.batch_max_rows,
             max_bytes: config.batch_max_bytes,
-            pending: Vec::new(),
-            pending_rows: 0,
-            pending_bytes: 0,
-            pending_start: HashMap::new(),
-            inflight_start: HashMap::new(),
-            inflight: None,
+            lanes: Lanes::new(config.pool_size as usize),
+            running: JoinSet::new(),
             floor: HashMap::new(),
             telemetry,
         })
@@ -86,92 +84,103 @@ impl ReplicaSink {
             },
             _ => batch.clone(),
         };
-        self.pending_start.entry(part).or_insert(batch.first_offset);
-        self.pending_rows += batch.rows.num_rows();
-        self.pending_bytes += batch.rows.get_array_memory_size();
-        self.pending.push(batch);
+        self.lanes.push(batch);
     }
 
-    /// Pending work big enough that it should not wait for the next flush.
+    /// Pending work over the bounds: the caller takes nothing new while it waits.
     pub(crate) fn full(&self) -> bool {
-        self.pending_rows >= self.max_rows || self.pending_bytes >= self.max_bytes
+        let (rows, bytes) = self.lanes.pending();
+        rows >= self.max_rows || bytes >= self.max_bytes
     }
 
     pub(crate) fn applying(&self) -> bool {
-        self.inflight.is_some()
+        !self.running.is_empty()
     }
 
-    /// Starts applying what is pending, unless an apply is running.
+    /// Starts a transaction in every lane that has work and none running.
     pub(crate) fn start(&mut self) {
-        if self.inflight.is_some() || self.pending.is_empty() {
-            return;
+        for (lane, batches) in self.lanes.take_ready() {
+            let replicator = self.replicator.clone();
+            let group = self.group.clone();
+            let telemetry = self.telemetry.clone();
+            self.running.spawn(async move {
+                let applied = apply(&replicator, &group, &batches, &telemetry).await;
+                (lane, applied)
+            });
         }
-        let batches = std::mem::take(&mut self.pending);
-        self.pending_rows = 0;
-        self.pending_bytes = 0;
-        self.inflight_start = std::mem::take(&mut self.pending_start);
-        let replicator = self.replicator.clone();
-        let group = self.group.clone();
-        let telemetry = self.telemetry.clone();
-        self.inflight = Some(tokio::spawn(async move {
-            let mut backoff = Duration::from_millis(200);
-            let mut paused = false;
-            loop {
-                let began = Instant::now();
-                match replicator.apply(&group, &batches).await {
-                    Err(e) if e.is_retryable() => {
-                        warn!(error = %e, retry_in = ?backoff, "replica apply failed; retrying");
-                        telemetry.metrics.retry(Component::Database.as_str());
-                        let error = e.to_string();
-                        telemetry
-                            .status
-                            .paused(Some(REPLICA), Component::Database, &error);
-                        paused = true;
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(MAX_BACKOFF);
-                    }
-                    Ok(applied) => {
-                        if paused {
-                            telemetry.status.resumed(Some(REPLICA), Component::Database);
-                        }
-                        committed(&telemetry, &batches, began.elapsed());
-                        return Ok(applied);
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-        }));
     }
 
-    /// Waits for the running apply; Ok(None) when none runs.
+    /// Waits for one running transaction; Ok(None) when none runs.
     pub(crate) async fn finish(&mut self) -> anyhow::Result<Option<Vec<Applied>>> {
-        let Some(task) = self.inflight.as_mut() else {
+        let Some(done) = self.running.join_next().await else {
             return Ok(None);
         };
-        let done = task.await;
-        self.inflight = None;
-        self.inflight_start.clear();
-        let applied = done??;
-        let rows: usize = applied.len();
-        tracing::debug!(partitions = rows, "replica transaction committed");
+        let (lane, applied) = done?;
+        self.lanes.done(lane);
+        let applied = applied?;
+        tracing::debug!(
+            lane,
+            partitions = applied.len(),
+            "replica transaction committed"
+        );
         Ok(Some(applied))
+    }
+
+    /// Applies everything pending and waits for it: for shutdown.
+    pub(crate) async fn drain(&mut self) -> anyhow::Result<()> {
+        loop {
+            self.start();
+            if self.finish().await?.is_none() {
+                return Ok(());
+            }
+        }
     }
 
     /// The first offset of a partition not yet in the replica, if anything is pending.
     pub(crate) fn pending_start(&self, part: &Part) -> Option<i64> {
-        match (self.pending_start.get(part), self.inflight_start.get(part)) {
-            (Some(&a), Some(&b)) => Some(a.min(b)),
-            (a, b) => a.or(b).copied(),
-        }
+        self.lanes.start_of(part)
     }
 
     /// Forgets a revoked partition's queued batches. A running apply may still commit them:
     /// its offsets row is locked and only moves forward, so the new owner is not harmed.
     pub(crate) fn revoke(&mut self, part: &Part) {
-        self.pending
-            .retain(|b| !(*b.topic == *part.0 && b.partition == part.1));
-        self.pending_start.remove(part);
         self.floor.remove(part);
+        self.lanes.revoke(part);
+    }
+}
+
+/// One transaction, retried while the database cannot take it.
+async fn apply(
+    replicator: &PgReplicator,
+    group: &str,
+    batches: &[ChangeBatch],
+    telemetry: &Telemetry,
+) -> Result<Vec<Applied>, ReplicaError> {
+    let mut backoff = Duration::from_millis(200);
+    let mut paused = false;
+    loop {
+        let began = Instant::now();
+        match replicator.apply(group, batches).await {
+            Err(e) if e.is_retryable() => {
+                warn!(error = %e, retry_in = ?backoff, "replica apply failed; retrying");
+                telemetry.metrics.retry(Component::Database.as_str());
+                let error = e.to_string();
+                telemetry
+                    .status
+                    .paused(Some(REPLICA), Component::Database, &error);
+                paused = true;
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+            Ok(applied) => {
+                if paused {
+                    telemetry.status.resumed(Some(REPLICA), Component::Database);
+                }
+                committed(telemetry, batches, began.elapsed());
+                return Ok(applied);
+            }
+            Err(e) => return Err(e),
+        }
     }
 }
 

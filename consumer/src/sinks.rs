@@ -132,9 +132,7 @@ pub(crate) async fn run(
         }
     }
     if let Some(rep) = &mut sinks.replica {
-        rep.finish().await?;
-        rep.start();
-        rep.finish().await?;
+        rep.drain().await?;
     }
     progress.store(&consumer, &sinks);
     Ok(())

@@ -1,0 +1,243 @@
+//! Which partitions' batches wait for which transaction: partitions are spread over lanes,
+//! a partition stays in its lane, and a lane has at most one transaction in flight, so each
+//! partition's records are applied in offset order while lanes commit independently.
+
+use std::collections::HashMap;
+
+use lakesink_schema_registry::ChangeBatch;
+
+pub(crate) type Part = (String, i32);
+
+pub(crate) struct Lanes {
+    lanes: Vec<Lane>,
+    /// Each partition's lane, kept after a revoke: a partition assigned again must not be
+    /// applied in a second lane while its old transaction may still run in the first.
+    lane_of: HashMap<Part, usize>,
+    /// Rows and bytes pending over all lanes.
+    rows: usize,
+    bytes: usize,
+}
+
+#[derive(Default)]
+struct Lane {
+    pending: Vec<ChangeBatch>,
+    /// First offset per partition of what is pending, and of what is being applied.
+    pending_start: HashMap<Part, i64>,
+    inflight_start: HashMap<Part, i64>,
+    busy: bool,
+}
+
+impl Lanes {
+    pub(crate) fn new(count: usize) -> Self {
+        Self {
+            lanes: (0..count.max(1)).map(|_| Lane::default()).collect(),
+            lane_of: HashMap::new(),
+            rows: 0,
+            bytes: 0,
+        }
+    }
+
+    /// Queues a batch in its partition's lane.
+    pub(crate) fn push(&mut self, batch: ChangeBatch) {
+        let part = (batch.topic.to_string(), batch.partition);
+        self.rows += batch.rows.num_rows();
+        self.bytes += batch.rows.get_array_memory_size();
+        let lane = self.lane(&part);
+        let lane = &mut self.lanes[lane];
+        lane.pending_start.entry(part).or_insert(batch.first_offset);
+        lane.pending.push(batch);
+    }
+
+    /// A partition's lane; a new partition goes to the lane with the fewest.
+    fn lane(&mut self, part: &Part) -> usize {
+        if let Some(&lane) = self.lane_of.get(part) {
+            return lane;
+        }
+        let mut count = vec![0usize; self.lanes.len()];
+        for &l in self.lane_of.values() {
+            count[l] += 1;
+        }
+        let lane = (0..count.len()).min_by_key(|&l| count[l]).unwrap_or(0);
+        self.lane_of.insert(part.clone(), lane);
+        lane
+    }
+
+    /// Rows and bytes waiting for a transaction.
+    pub(crate) fn pending(&self) -> (usize, usize) {
+        (self.rows, self.bytes)
+    }
+
+    /// Takes the pending batches of every idle lane, marking those lanes busy.
+    pub(crate) fn take_ready(&mut self) -> Vec<(usize, Vec<ChangeBatch>)> {
+        let mut ready = Vec::new();
+        for (index, lane) in self.lanes.iter_mut().enumerate() {
+            if lane.busy || lane.pending.is_empty() {
+                continue;
+            }
+            let batches = std::mem::take(&mut lane.pending);
+            for b in &batches {
+                self.rows -= b.rows.num_rows();
+                self.bytes -= b.rows.get_array_memory_size();
+            }
+            lane.inflight_start = std::mem::take(&mut lane.pending_start);
+            lane.busy = true;
+            ready.push((index, batches));
+        }
+        ready
+    }
+
+    /// A lane's transaction ended (committed or not: a failure stops the run).
+    pub(crate) fn done(&mut self, index: usize) {
+        let lane = &mut self.lanes[index];
+        lane.busy = false;
+        lane.inflight_start.clear();
+    }
+
+    /// The first offset of a partition not yet applied, if anything is pending or in flight.
+    pub(crate) fn start_of(&self, part: &Part) -> Option<i64> {
+        let lane = &self.lanes[*self.lane_of.get(part)?];
+        match (lane.pending_start.get(part), lane.inflight_start.get(part)) {
+            (Some(&a), Some(&b)) => Some(a.min(b)),
+            (a, b) => a.or(b).copied(),
+        }
+    }
+
+    /// Drops a revoked partition's pending batches (not what is in flight).
+    pub(crate) fn revoke(&mut self, part: &Part) {
+        let Some(&index) = self.lane_of.get(part) else {
+            return;
+        };
+        let lane = &mut self.lanes[index];
+        lane.pending_start.remove(part);
+        let (rows, bytes) = (&mut self.rows, &mut self.bytes);
+        lane.pending.retain(|b| {
+            let keep = !(*b.topic == *part.0 && b.partition == part.1);
+            if !keep {
+                *rows -= b.rows.num_rows();
+                *bytes -= b.rows.get_array_memory_size();
+            }
+            keep
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::{Int64Array, RecordBatch};
+    use arrow_schema::{DataType, Field, Schema};
+
+    use super::*;
+
+    fn batch(topic: &str, partition: i32, offsets: std::ops::Range<i64>) -> ChangeBatch {
+        let schema = Schema::new(vec![Field::new("__offset", DataType::Int64, false)]);
+        let values: Vec<i64> = offsets.clone().collect();
+        ChangeBatch {
+            topic: Arc::from(topic),
+            partition,
+            first_offset: offsets.start,
+            last_offset: offsets.end - 1,
+            key_schema: None,
+            value_schema: None,
+            shape: lakesink_schema_registry::ValueShape::KeyOnly,
+            rows: RecordBatch::try_new(Arc::new(schema), vec![Arc::new(Int64Array::from(values))])
+                .expect("batch"),
+        }
+    }
+
+    fn parts(batches: &[ChangeBatch]) -> Vec<(String, i32, i64)> {
+        batches
+            .iter()
+            .map(|b| (b.topic.to_string(), b.partition, b.first_offset))
+            .collect()
+    }
+
+    #[test]
+    fn partitions_spread_evenly_and_stay_in_their_lane() {
+        let mut lanes = Lanes::new(3);
+        for p in 0..6 {
+            lanes.push(batch("t", p, 0..10));
+        }
+        let ready = lanes.take_ready();
+        assert_eq!(ready.len(), 3);
+        for (_, batches) in &ready {
+            assert_eq!(batches.len(), 2, "two partitions per lane");
+        }
+        let lane_of_3 = ready
+            .iter()
+            .find(|(_, b)| b.iter().any(|b| b.partition == 3))
+            .map(|(i, _)| *i)
+            .expect("partition 3 taken");
+        // Busy lanes give nothing until done, and a partition comes back to its own lane.
+        lanes.push(batch("t", 3, 10..20));
+        assert!(lanes.take_ready().is_empty());
+        lanes.done(lane_of_3);
+        let again = lanes.take_ready();
+        assert_eq!(again.len(), 1);
+        assert_eq!(again[0].0, lane_of_3);
+        assert_eq!(parts(&again[0].1), vec![("t".to_owned(), 3, 10)]);
+    }
+
+    #[test]
+    fn a_partitions_batches_keep_their_order() {
+        let mut lanes = Lanes::new(2);
+        lanes.push(batch("a", 0, 0..5));
+        lanes.push(batch("b", 0, 0..5));
+        lanes.push(batch("a", 0, 5..9));
+        let ready = lanes.take_ready();
+        let a: Vec<i64> = ready
+            .iter()
+            .flat_map(|(_, b)| b.iter())
+            .filter(|b| &*b.topic == "a")
+            .map(|b| b.first_offset)
+            .collect();
+        assert_eq!(a, vec![0, 5]);
+    }
+
+    #[test]
+    fn the_start_covers_what_is_pending_and_in_flight() {
+        let mut lanes = Lanes::new(1);
+        let part = ("t".to_owned(), 0);
+        assert_eq!(lanes.start_of(&part), None);
+        lanes.push(batch("t", 0, 4..8));
+        assert_eq!(lanes.start_of(&part), Some(4));
+        let ready = lanes.take_ready();
+        assert_eq!(ready.len(), 1);
+        lanes.push(batch("t", 0, 8..12));
+        assert_eq!(lanes.start_of(&part), Some(4), "in flight from 4");
+        lanes.done(0);
+        assert_eq!(lanes.start_of(&part), Some(8));
+        lanes.take_ready();
+        lanes.done(0);
+        assert_eq!(lanes.start_of(&part), None);
+    }
+
+    #[test]
+    fn pending_counts_follow_push_take_and_revoke() {
+        let mut lanes = Lanes::new(2);
+        lanes.push(batch("t", 0, 0..10));
+        lanes.push(batch("t", 1, 0..7));
+        assert_eq!(lanes.pending().0, 17);
+        let ready = lanes.take_ready();
+        assert_eq!(lanes.pending(), (0, 0));
+        lanes.push(batch("t", 0, 10..13));
+        lanes.push(batch("t", 1, 7..12));
+        assert_eq!(lanes.pending().0, 8);
+        lanes.revoke(&("t".to_owned(), 1));
+        assert_eq!(lanes.pending().0, 3);
+        assert_eq!(
+            lanes.start_of(&("t".to_owned(), 1)),
+            Some(0),
+            "still in flight"
+        );
+        for (index, _) in ready {
+            lanes.done(index);
+        }
+        assert_eq!(lanes.start_of(&("t".to_owned(), 1)), None);
+        let rest = lanes.take_ready();
+        assert_eq!(rest.len(), 1);
+        assert_eq!(parts(&rest[0].1), vec![("t".to_owned(), 0, 10)]);
+        assert_eq!(lanes.pending(), (0, 0));
+    }
+}
