@@ -224,11 +224,12 @@ fn payload_id(side: Side, payload: &[u8]) -> Result<(i64, &[u8]), FramingError> 
     if magic != 0 {
         return Err(FramingError::UnknownMagic { side, byte: magic });
     }
-    let truncated = FramingError::Truncated {
-        side,
-        len: payload.len(),
-    };
-    let (short, after_short) = rest.split_first_chunk::<4>().ok_or(truncated.clone())?;
+    let (short, after_short) = rest
+        .split_first_chunk::<4>()
+        .ok_or(FramingError::Truncated {
+            side,
+            len: payload.len(),
+        })?;
     let id = i32::from_be_bytes(*short);
     if id == 0
         && let Some((long, after_long)) = rest.split_first_chunk::<8>()

@@ -317,6 +317,53 @@ async fn upserts_deletes_truncates_and_replays_are_exact() {
     );
 }
 
+/// Snapshot rows are inserted without `ON CONFLICT` first; a second snapshot of stored rows
+/// (an incremental snapshot, a re-snapshot) must still upsert them.
+#[tokio::test]
+async fn a_second_snapshot_of_stored_rows_upserts_them() {
+    let (r, schema) = replicator(|_| {}).await;
+    let topic = format!("{schema}.public.snap");
+    let first = batch(
+        &topic,
+        0,
+        "snap",
+        &[
+            ev(0, "r", 1, "a", "n1"),
+            ev(1, "r", 2, "b", "n2"),
+            ev(2, "r", 3, "c", "n3"),
+        ],
+        false,
+    );
+    r.apply("g", &[first]).await.expect("first snapshot");
+    let again = batch(
+        &topic,
+        0,
+        "snap",
+        &[
+            ev(3, "r", 2, "b2", "m2"),
+            ev(4, "r", 3, "c2", "m3"),
+            ev(5, "r", 4, "d2", "m4"),
+            ev(6, "c", 5, "e", "n5"),
+        ],
+        false,
+    );
+    r.apply("g", &[again]).await.expect("second snapshot");
+    // While plain inserts pause on this table, fresh rows are upserted.
+    let later = batch(&topic, 0, "snap", &[ev(7, "c", 6, "f", "n6")], false);
+    r.apply("g", &[later]).await.expect("later insert");
+    assert_eq!(
+        table(&r, &schema, "snap").await,
+        vec![
+            row(1, "a", "n1", "0.01"),
+            row(2, "b2", "m2", "3.01"),
+            row(3, "c2", "m3", "4.01"),
+            row(4, "d2", "m4", "5.01"),
+            row(5, "e", "n5", "6.01"),
+            row(6, "f", "n6", "7.01"),
+        ]
+    );
+}
+
 #[tokio::test]
 async fn keyless_tables_insert_once() {
     let (r, schema) = replicator(|_| {}).await;

@@ -1,6 +1,13 @@
 //! One table's share of an apply: truncate, binary COPY of the net rows into a temp staging
 //! table, then one `DELETE … USING` and one `INSERT … SELECT … ON CONFLICT` per set of
 //! columns written. Nothing is sent per row.
+//!
+//! Rows whose key the table should not hold yet (first seen as a `c` or `r`, or after a
+//! truncate) are tried first with a plain `INSERT` under a savepoint: PostgreSQL's
+//! `ON CONFLICT` costs a speculative insertion per row, which more than doubles the server's
+//! work on a snapshot. If a key is there after all (a re-snapshot), the savepoint is rolled
+//! back and the same rows are upserted; the caller then stops trying on that table for a
+//! while.
 
 use std::collections::HashMap;
 
@@ -9,7 +16,7 @@ use lakesink_schema_registry::ChangeBatch;
 use sqlx::AssertSqlSafe;
 use sqlx::postgres::PgConnection;
 
-use super::collapse::{Net, RowRef};
+use super::collapse::{Collapsed, Net, RowRef};
 use super::ddl::TableMeta;
 use super::encode::CopyBuf;
 use super::error::{At, ReplicaError};
@@ -26,6 +33,8 @@ pub(crate) struct Counts {
     pub deleted: u64,
     pub inserted: u64,
     pub truncated: bool,
+    /// A plain insert of fresh rows met a stored key and was redone as an upsert.
+    pub fresh_conflict: bool,
 }
 
 fn row_at(batches: &[ChangeBatch], work: &TableWork<'_>, r: RowRef) -> At {
@@ -49,13 +58,19 @@ pub(crate) async fn apply_table(
     mut work: TableWork<'_>,
     meta: &TableMeta,
     seq: usize,
+    try_plain_insert: bool,
 ) -> Result<Counts, ReplicaError> {
     let db = |at: &At| {
         let at = at.clone();
         move |e| ReplicaError::from_sqlx(e, Some(at))
     };
     let table = work.name.quoted();
-    let (truncate, entries) = std::mem::take(&mut work.collapser).finish();
+    let Collapsed {
+        truncated: truncate,
+        entries,
+        fresh,
+    } = std::mem::take(&mut work.collapser).finish();
+    let try_plain_insert = try_plain_insert && !work.keyless();
     let mut counts = Counts {
         truncated: truncate,
         ..Counts::default()
@@ -88,66 +103,73 @@ pub(crate) async fn apply_table(
     .map_err(db(&work.at))?;
 
     let nfields = 1 + work.pk.len() + work.cols.len();
-    let mut groups: HashMap<Vec<bool>, i32> = HashMap::new();
+    // Per upsert group: the columns written, and whether its rows are fresh.
+    let mut groups: HashMap<(Vec<bool>, bool), i32> = HashMap::new();
     let mut copy = conn
         .copy_in_raw(&format!("COPY {stage} FROM STDIN (FORMAT binary)"))
         .await
         .map_err(db(&work.at))?;
     let mut buf = CopyBuf::new();
-    let mut write_row = |buf: &mut CopyBuf, key: &[u8], net: Option<&Net>, base: Option<RowRef>| {
-        buf.row(nfields);
-        let present: Vec<bool> = (0..work.cols.len())
-            .map(|c| {
-                let src = net.map_or(base, |n| n.source(c));
-                src.is_some_and(|r| {
-                    work.encs
-                        .get(&r.batch)
-                        .and_then(|e| e.vals.get(c))
-                        .is_some_and(Option::is_some)
+    let mut write_row =
+        |buf: &mut CopyBuf, key: &[u8], net: Option<&Net>, base: Option<RowRef>, fresh: bool| {
+            buf.row(nfields);
+            let present: Vec<bool> = (0..work.cols.len())
+                .map(|c| {
+                    let src = net.map_or(base, |n| n.source(c));
+                    src.is_some_and(|r| {
+                        work.encs
+                            .get(&r.batch)
+                            .and_then(|e| e.vals.get(c))
+                            .is_some_and(Option::is_some)
+                    })
                 })
-            })
-            .collect();
-        let grp = match net {
-            Some(Net::Delete(_)) => 0,
-            _ => {
-                let next = groups.len() as i32 + 1;
-                *groups.entry(present.clone()).or_insert(next)
-            }
-        };
-        buf.buf.extend_from_slice(&4i32.to_be_bytes());
-        buf.buf.extend_from_slice(&grp.to_be_bytes());
-        buf.buf.extend_from_slice(key);
-        for (c, here) in present.iter().enumerate() {
-            let src = net.map_or(base, |n| n.source(c));
-            match (here, src) {
-                (true, Some(r)) => {
-                    let enc = work
-                        .encs
-                        .get(&r.batch)
-                        .and_then(|e| e.vals.get(c))
-                        .and_then(Option::as_ref);
-                    match enc {
-                        Some(e) => e.write(r.row as usize, &mut buf.buf).map_err(|reason| {
-                            ReplicaError::BadData {
-                                at: row_at(batches, &work, r),
-                                reason: format!("column `{}`: {reason}", work.cols[c].name),
-                            }
-                        })?,
-                        None => buf.null(),
-                    }
+                .collect();
+            let grp = match net {
+                Some(Net::Delete(_)) => 0,
+                _ => {
+                    let next = groups.len() as i32 + 1;
+                    *groups.entry((present.clone(), fresh)).or_insert(next)
                 }
-                _ => buf.null(),
+            };
+            buf.buf.extend_from_slice(&4i32.to_be_bytes());
+            buf.buf.extend_from_slice(&grp.to_be_bytes());
+            buf.buf.extend_from_slice(key);
+            for (c, here) in present.iter().enumerate() {
+                let src = net.map_or(base, |n| n.source(c));
+                match (here, src) {
+                    (true, Some(r)) => {
+                        let enc = work
+                            .encs
+                            .get(&r.batch)
+                            .and_then(|e| e.vals.get(c))
+                            .and_then(Option::as_ref);
+                        match enc {
+                            Some(e) => e.write(r.row as usize, &mut buf.buf).map_err(|reason| {
+                                ReplicaError::BadData {
+                                    at: row_at(batches, &work, r),
+                                    reason: format!("column `{}`: {reason}", work.cols[c].name),
+                                }
+                            })?,
+                            None => buf.null(),
+                        }
+                    }
+                    _ => buf.null(),
+                }
             }
-        }
-        Ok::<_, ReplicaError>(grp)
-    };
+            Ok::<_, ReplicaError>(grp)
+        };
     let mut any_delete = false;
     let rows = entries
         .iter()
-        .map(|(k, n)| (k.as_slice(), Some(n), None))
-        .chain(work.inserts.iter().map(|r| (&[][..], None, Some(*r))));
-    for (key, net, base) in rows {
-        let result = write_row(&mut buf, key, net, base);
+        .zip(&fresh)
+        .map(|((k, n), &f)| (k.as_slice(), Some(n), None, f && try_plain_insert))
+        .chain(
+            work.inserts
+                .iter()
+                .map(|r| (&[][..], None, Some(*r), false)),
+        );
+    for (key, net, base, fresh) in rows {
+        let result = write_row(&mut buf, key, net, base, fresh);
         let grp = match result {
             Ok(g) => g,
             Err(e) => {
@@ -190,9 +212,9 @@ pub(crate) async fn apply_table(
         .map_err(db(&work.at))?;
     }
     let keys: Vec<String> = work.pk.iter().map(|k| quote(&k.name)).collect();
-    let mut groups: Vec<(Vec<bool>, i32)> = groups.into_iter().collect();
+    let mut groups: Vec<((Vec<bool>, bool), i32)> = groups.into_iter().collect();
     groups.sort_by_key(|(_, g)| *g);
-    for (present, grp) in groups {
+    for ((present, fresh), grp) in groups {
         let written: Vec<&str> = work
             .cols
             .iter()
@@ -215,8 +237,8 @@ pub(crate) async fn apply_table(
                 .join(", "),
             names.iter().map(|n| cast(n)).collect::<Vec<_>>().join(", "),
         );
-        let sql = if work.keyless() {
-            insert
+        let upsert = if work.keyless() {
+            insert.clone()
         } else if written.is_empty() {
             format!("{insert} ON CONFLICT ({}) DO NOTHING", keys.join(", "))
         } else {
@@ -230,10 +252,40 @@ pub(crate) async fn apply_table(
                 set.join(", ")
             )
         };
-        sqlx::query(AssertSqlSafe(sql))
+        if fresh && plain_insert(conn, &insert).await.map_err(db(&work.at))? {
+            continue;
+        }
+        counts.fresh_conflict |= fresh;
+        sqlx::query(AssertSqlSafe(upsert))
             .execute(&mut *conn)
             .await
             .map_err(db(&work.at))?;
     }
     Ok(counts)
+}
+
+/// Runs `insert` under a savepoint: false, with the savepoint rolled back, when a key was
+/// stored already.
+async fn plain_insert(conn: &mut PgConnection, insert: &str) -> Result<bool, sqlx::Error> {
+    sqlx::query("SAVEPOINT lakesink_fresh")
+        .execute(&mut *conn)
+        .await?;
+    match sqlx::query(AssertSqlSafe(insert.to_owned()))
+        .execute(&mut *conn)
+        .await
+    {
+        Ok(_) => {
+            sqlx::query("RELEASE SAVEPOINT lakesink_fresh")
+                .execute(&mut *conn)
+                .await?;
+            Ok(true)
+        }
+        Err(e) if e.as_database_error().and_then(|d| d.code()).as_deref() == Some("23505") => {
+            sqlx::query("ROLLBACK TO SAVEPOINT lakesink_fresh")
+                .execute(&mut *conn)
+                .await?;
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
 }

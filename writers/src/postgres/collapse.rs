@@ -44,15 +44,34 @@ impl Net {
 /// Collapses events for one table; keys are the encoded key columns.
 #[derive(Default)]
 pub(crate) struct Collapser {
-    index: HashMap<Vec<u8>, usize>,
+    index: HashMap<Vec<u8>, usize, foldhash::fast::RandomState>,
     entries: Vec<(Vec<u8>, Net)>,
+    fresh: Vec<bool>,
     truncated: bool,
+}
+
+/// A table's net effect.
+pub(crate) struct Collapsed {
+    /// Truncate the table first.
+    pub truncated: bool,
+    /// Each key's net effect, in order of first appearance.
+    pub entries: Vec<(Vec<u8>, Net)>,
+    /// Per entry: the key's first event was an insert (`c`, `r`) or came after the truncate,
+    /// so the table should not hold it yet (a plain insert is worth trying).
+    pub fresh: Vec<bool>,
 }
 
 impl Collapser {
     /// An upsert of `at`, leaving the non-key columns in `untouched` as they are; the table
-    /// has `ncols` non-key columns so far.
-    pub(crate) fn upsert(&mut self, key: Vec<u8>, at: RowRef, ncols: usize, untouched: &[usize]) {
+    /// has `ncols` non-key columns so far. `insert`: the event is a `c` or `r`.
+    pub(crate) fn upsert(
+        &mut self,
+        key: Vec<u8>,
+        at: RowRef,
+        ncols: usize,
+        untouched: &[usize],
+        insert: bool,
+    ) {
         let prev = self.index.get(&key).map(|&i| &self.entries[i].1);
         let net = if untouched.is_empty() {
             Net::Upsert {
@@ -74,33 +93,38 @@ impl Collapser {
                 cols: Some(cols),
             }
         };
-        self.put(key, net);
+        self.put(key, net, insert);
     }
 
     pub(crate) fn delete(&mut self, key: Vec<u8>, at: RowRef) {
-        self.put(key, Net::Delete(at));
+        self.put(key, Net::Delete(at), false);
     }
 
     /// Everything before a truncate is moot; the table is truncated first.
     pub(crate) fn truncate(&mut self) {
         self.index.clear();
         self.entries.clear();
+        self.fresh.clear();
         self.truncated = true;
     }
 
-    fn put(&mut self, key: Vec<u8>, net: Net) {
+    fn put(&mut self, key: Vec<u8>, net: Net, insert: bool) {
         match self.index.get(&key) {
             Some(&i) => self.entries[i].1 = net,
             None => {
                 self.index.insert(key.clone(), self.entries.len());
                 self.entries.push((key, net));
+                self.fresh.push(insert || self.truncated);
             }
         }
     }
 
-    /// Whether to truncate first, and each key's net effect in order of first appearance.
-    pub(crate) fn finish(self) -> (bool, Vec<(Vec<u8>, Net)>) {
-        (self.truncated, self.entries)
+    pub(crate) fn finish(self) -> Collapsed {
+        Collapsed {
+            truncated: self.truncated,
+            entries: self.entries,
+            fresh: self.fresh,
+        }
     }
 }
 
@@ -122,12 +146,16 @@ mod tests {
     #[test]
     fn last_event_per_key_wins_in_first_seen_order() {
         let mut c = Collapser::default();
-        c.upsert(b"a".to_vec(), r(0), 3, &[]);
-        c.upsert(b"b".to_vec(), r(1), 3, &[]);
-        c.upsert(b"a".to_vec(), r(2), 3, &[]);
+        c.upsert(b"a".to_vec(), r(0), 3, &[], false);
+        c.upsert(b"b".to_vec(), r(1), 3, &[], false);
+        c.upsert(b"a".to_vec(), r(2), 3, &[], false);
         c.delete(b"b".to_vec(), r(3));
         c.delete(b"b".to_vec(), r(4)); // the tombstone after its delete
-        let (truncated, net) = c.finish();
+        let Collapsed {
+            truncated,
+            entries: net,
+            ..
+        } = c.finish();
         assert!(!truncated);
         assert_eq!(
             net,
@@ -139,10 +167,10 @@ mod tests {
     fn delete_then_insert_is_an_insert_and_insert_then_delete_a_delete() {
         let mut c = Collapser::default();
         c.delete(b"k".to_vec(), r(0));
-        c.upsert(b"k".to_vec(), r(1), 3, &[]);
-        c.upsert(b"j".to_vec(), r(2), 3, &[]);
+        c.upsert(b"k".to_vec(), r(1), 3, &[], false);
+        c.upsert(b"j".to_vec(), r(2), 3, &[], false);
         c.delete(b"j".to_vec(), r(3));
-        let (_, net) = c.finish();
+        let net = c.finish().entries;
         assert_eq!(net[0].1, full(1));
         assert_eq!(net[1].1, Net::Delete(r(3)));
     }
@@ -150,11 +178,11 @@ mod tests {
     #[test]
     fn untouched_columns_keep_the_earlier_value_or_stay_as_stored() {
         let mut c = Collapser::default();
-        c.upsert(b"k".to_vec(), r(0), 3, &[]);
-        c.upsert(b"k".to_vec(), r(1), 3, &[2]); // column 2 is the placeholder
-        c.upsert(b"k".to_vec(), r(2), 3, &[1, 2]);
-        c.upsert(b"x".to_vec(), r(3), 3, &[0]); // no earlier value in the run
-        let (_, net) = c.finish();
+        c.upsert(b"k".to_vec(), r(0), 3, &[], false);
+        c.upsert(b"k".to_vec(), r(1), 3, &[2], false); // column 2 is the placeholder
+        c.upsert(b"k".to_vec(), r(2), 3, &[1, 2], false);
+        c.upsert(b"x".to_vec(), r(3), 3, &[0], false); // no earlier value in the run
+        let net = c.finish().entries;
         let k = &net[0].1;
         assert_eq!(k.source(0), Some(r(2)));
         assert_eq!(k.source(1), Some(r(1)));
@@ -168,12 +196,36 @@ mod tests {
     }
 
     #[test]
+    fn keys_first_inserted_here_or_after_a_truncate_are_fresh() {
+        let mut c = Collapser::default();
+        c.upsert(b"a".to_vec(), r(0), 3, &[], true); // c
+        c.upsert(b"a".to_vec(), r(1), 3, &[], false); // then u: still new to the table
+        c.upsert(b"b".to_vec(), r(2), 3, &[], false); // u of a stored row
+        c.delete(b"d".to_vec(), r(3));
+        c.upsert(b"d".to_vec(), r(4), 3, &[], true); // d then c: the row may be stored
+        assert_eq!(c.finish().fresh, vec![true, false, false]);
+
+        let mut c = Collapser::default();
+        c.upsert(b"a".to_vec(), r(0), 3, &[], false);
+        c.truncate();
+        c.upsert(b"a".to_vec(), r(1), 3, &[], false);
+        c.delete(b"b".to_vec(), r(2));
+        let done = c.finish();
+        assert!(done.truncated);
+        assert_eq!(done.fresh, vec![true, true]);
+    }
+
+    #[test]
     fn truncate_drops_what_came_before() {
         let mut c = Collapser::default();
-        c.upsert(b"a".to_vec(), r(0), 3, &[]);
+        c.upsert(b"a".to_vec(), r(0), 3, &[], false);
         c.truncate();
-        c.upsert(b"b".to_vec(), r(2), 3, &[]);
-        let (truncated, net) = c.finish();
+        c.upsert(b"b".to_vec(), r(2), 3, &[], false);
+        let Collapsed {
+            truncated,
+            entries: net,
+            ..
+        } = c.finish();
         assert!(truncated);
         assert_eq!(net, vec![(b"b".to_vec(), full(2))]);
     }

@@ -60,7 +60,13 @@ pub struct PgReplicator {
     offsets: OffsetsSql,
     /// Known table shapes; changed only after the transaction that changed them commits.
     tables: Mutex<HashMap<TableName, Arc<TableMeta>>>,
+    /// Tables where a plain insert of fresh rows met stored keys: how many more applies
+    /// upsert them directly (a re-snapshot would otherwise fail and redo every batch).
+    no_plain_insert: Mutex<HashMap<TableName, u32>>,
 }
+
+/// Applies that skip the plain insert on a table after it met a stored key.
+const PLAIN_INSERT_PAUSE: u32 = 32;
 
 impl PgReplicator {
     /// Connects a pool and creates the offsets table when missing.
@@ -109,6 +115,7 @@ impl PgReplicator {
             evolution: config.schema_evolution,
             offsets,
             tables: Mutex::new(HashMap::new()),
+            no_plain_insert: Mutex::new(HashMap::new()),
         })
     }
 
@@ -197,7 +204,11 @@ impl PgReplicator {
             changed.push((work.name.clone(), meta.clone()));
             let name = work.name.clone();
             let at = work.at.clone();
-            let counts = apply::apply_table(&mut tx, batches, work, &meta, seq).await?;
+            let plain = self.plain_insert(&name);
+            let counts = apply::apply_table(&mut tx, batches, work, &meta, seq, plain).await?;
+            if counts.fresh_conflict {
+                self.pause_plain_insert(&name);
+            }
             tracing::debug!(
                 table = %name,
                 topic = at.topic,
@@ -236,6 +247,26 @@ impl PgReplicator {
 
     fn cached(&self, name: &TableName) -> Option<Arc<TableMeta>> {
         self.tables.lock().ok()?.get(name).cloned()
+    }
+
+    /// Whether to try a plain insert of fresh rows on `name` (counting down a pause).
+    fn plain_insert(&self, name: &TableName) -> bool {
+        let Ok(mut paused) = self.no_plain_insert.lock() else {
+            return false;
+        };
+        match paused.get_mut(name) {
+            Some(0) | None => true,
+            Some(left) => {
+                *left -= 1;
+                false
+            }
+        }
+    }
+
+    fn pause_plain_insert(&self, name: &TableName) {
+        if let Ok(mut paused) = self.no_plain_insert.lock() {
+            paused.insert(name.clone(), PLAIN_INSERT_PAUSE);
+        }
     }
 }
 
@@ -340,7 +371,11 @@ pub fn describe_plan(
             cols(&work.pk),
             cols(&work.cols)
         ));
-        let (truncate, entries) = std::mem::take(&mut work.collapser).finish();
+        let collapse::Collapsed {
+            truncated: truncate,
+            entries,
+            ..
+        } = std::mem::take(&mut work.collapser).finish();
         if truncate {
             out.push("truncate".into());
         }

@@ -305,7 +305,8 @@ pub(crate) fn plan<'a>(
                 .map(|(c, _)| c)
                 .collect();
             let ncols = work.cols.len();
-            work.collapser.upsert(key, at, ncols, &untouched);
+            let insert = matches!(op, "c" | "r");
+            work.collapser.upsert(key, at, ncols, &untouched, insert);
         }
     }
     Ok(tables)
