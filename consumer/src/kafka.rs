@@ -37,6 +37,18 @@ pub(crate) struct GroupContext {
     auth: KafkaAuth,
 }
 
+impl GroupContext {
+    /// For lakesink's other clients (the dead-letter producer and reader): the group
+    /// consumer's security and tokens, nothing else.
+    pub(crate) fn plain(config: &KafkaConfig) -> anyhow::Result<Self> {
+        Ok(Self {
+            revoked: Revoked::default(),
+            telemetry: None,
+            auth: KafkaAuth::new(config)?,
+        })
+    }
+}
+
 impl ClientContext for GroupContext {
     // lakesink makes its own OAUTHBEARER tokens (kafka_auth).
     const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;

@@ -157,10 +157,17 @@ async fn main() -> anyhow::Result<()> {
 
 async fn run(config: &Config, telemetry: Arc<Telemetry>) -> anyhow::Result<()> {
     let raw = config.raw.as_ref().map(ParquetWriter::new).transpose()?;
+    let dead = DeadLetters::new(&config.kafka, &config.errors)?.map(Arc::new);
     let replica = match &config.replica {
-        Some(r) => {
-            Some(replica::ReplicaSink::connect(r, &config.kafka.group_id, telemetry.clone()).await?)
-        }
+        Some(r) => Some(
+            replica::ReplicaSink::connect(
+                r,
+                &config.kafka.group_id,
+                telemetry.clone(),
+                dead.clone(),
+            )
+            .await?,
+        ),
         None => None,
     };
     let sinks = sinks::Sinks {
@@ -169,7 +176,6 @@ async fn run(config: &Config, telemetry: Arc<Telemetry>) -> anyhow::Result<()> {
         telemetry,
     };
     let shutdown = Duration::from_millis(config.service.shutdown_timeout_ms);
-    let dead = DeadLetters::new(&config.kafka, &config.errors)?;
     match record_format(config)? {
         format @ Format::Avro { .. } => {
             let registry =

@@ -23,7 +23,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-use crate::dead_letter::DeadLetters;
+use crate::dead_letter::{DeadLetters, Stage};
 use crate::headers::HeaderLog;
 use crate::kafka;
 use crate::replica::ReplicaOffsets;
@@ -98,7 +98,7 @@ pub(crate) async fn run<R: SchemaResolver>(
     format: Format,
     sinks: Sinks,
     shutdown_timeout: Duration,
-    dead_letters: Option<DeadLetters>,
+    dead_letters: Option<Arc<DeadLetters>>,
 ) -> anyhow::Result<()> {
     let telemetry = sinks.telemetry.clone();
     let (consumer, revoked) = kafka::subscribe(config, Some(telemetry.clone()))?;
@@ -176,7 +176,7 @@ pub(crate) async fn run<R: SchemaResolver>(
                         h.record(&msg);
                     }
                     pending.batches.extend(
-                        decode(&mut decoder, &msg, &telemetry, dead_letters.as_ref()).await?,
+                        decode(&mut decoder, &msg, &telemetry, dead_letters.as_deref()).await?,
                     );
                     pending.consumed(msg.topic(), msg.partition(), msg.offset() + 1);
                     pending.records += 1;
@@ -345,7 +345,7 @@ async fn decode<R: SchemaResolver>(
                 let Some(dl) = dead_letters else {
                     return Err(e.into());
                 };
-                dl.send(msg, &e).await?;
+                dl.send(msg, Stage::Decode, &e.to_string()).await?;
                 warn!(error = %e, dead_letter_topic = dl.topic(), "bad record sent to the dead-letter topic");
                 telemetry
                     .metrics

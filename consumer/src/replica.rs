@@ -7,6 +7,27 @@
 //! meanwhile.
 
 mod lanes;
+mod tolerate;
+
+/// A batch of rows at `offsets` (an `__offset` column only), for the unit tests.
+#[cfg(test)]
+fn test_batch(topic: &str, partition: i32, offsets: std::ops::Range<i64>) -> ChangeBatch {
+    use arrow_array::{Int64Array, RecordBatch};
+    use arrow_schema::{DataType, Field, Schema};
+    let schema = Schema::new(vec![Field::new("__offset", DataType::Int64, false)]);
+    let values: Vec<i64> = offsets.clone().collect();
+    ChangeBatch {
+        topic: Arc::from(topic),
+        partition,
+        first_offset: offsets.start,
+        last_offset: offsets.end - 1,
+        key_schema: None,
+        value_schema: None,
+        shape: lakesink_schema_registry::ValueShape::KeyOnly,
+        rows: RecordBatch::try_new(Arc::new(schema), vec![Arc::new(Int64Array::from(values))])
+            .expect("batch"),
+    }
+}
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,6 +39,7 @@ use lakesink_writers::{Applied, PgReplicator, ReplicaError};
 use tokio::task::JoinSet;
 use tracing::warn;
 
+use crate::dead_letter::DeadLetters;
 use crate::telemetry::metrics::SinkTopicLabels;
 use crate::telemetry::status::REPLICA;
 use crate::telemetry::{Component, Telemetry};
@@ -31,7 +53,9 @@ pub(crate) struct ReplicaSink {
     max_rows: usize,
     max_bytes: usize,
     lanes: Lanes,
-    running: JoinSet<(usize, Result<Vec<Applied>, ReplicaError>)>,
+    running: JoinSet<(usize, anyhow::Result<Vec<Applied>>)>,
+    /// With `errors.tolerance = "all"`: where records the replica cannot take go.
+    dead: Option<Arc<DeadLetters>>,
     /// Per partition, records below this are in the replica already (from its offsets table).
     floor: HashMap<Part, i64>,
     telemetry: Arc<Telemetry>,
@@ -42,6 +66,7 @@ impl ReplicaSink {
         config: &ReplicaConfig,
         group: &str,
         telemetry: Arc<Telemetry>,
+        dead: Option<Arc<DeadLetters>>,
     ) -> anyhow::Result<Self> {
         // One connection per lane, and one for offset lookups on partition assignment.
         let mut pool = config.clone();
@@ -54,6 +79,7 @@ impl ReplicaSink {
             max_bytes: config.batch_max_bytes,
             lanes: Lanes::new(config.pool_size as usize),
             running: JoinSet::new(),
+            dead,
             floor: HashMap::new(),
             telemetry,
         })
@@ -103,8 +129,17 @@ impl ReplicaSink {
             let replicator = self.replicator.clone();
             let group = self.group.clone();
             let telemetry = self.telemetry.clone();
+            let dead = self.dead.clone();
             self.running.spawn(async move {
-                let applied = apply(&replicator, &group, &batches, &telemetry).await;
+                let applied = match &dead {
+                    Some(dead) => {
+                        tolerate::apply_tolerating(&replicator, &group, &batches, dead, &telemetry)
+                            .await
+                    }
+                    None => apply(&replicator, &group, &batches, &telemetry)
+                        .await
+                        .map_err(Into::into),
+                };
                 (lane, applied)
             });
         }

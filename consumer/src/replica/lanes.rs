@@ -123,27 +123,10 @@ impl Lanes {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use arrow_array::{Int64Array, RecordBatch};
-    use arrow_schema::{DataType, Field, Schema};
-
     use super::*;
 
     fn batch(topic: &str, partition: i32, offsets: std::ops::Range<i64>) -> ChangeBatch {
-        let schema = Schema::new(vec![Field::new("__offset", DataType::Int64, false)]);
-        let values: Vec<i64> = offsets.clone().collect();
-        ChangeBatch {
-            topic: Arc::from(topic),
-            partition,
-            first_offset: offsets.start,
-            last_offset: offsets.end - 1,
-            key_schema: None,
-            value_schema: None,
-            shape: lakesink_schema_registry::ValueShape::KeyOnly,
-            rows: RecordBatch::try_new(Arc::new(schema), vec![Arc::new(Int64Array::from(values))])
-                .expect("batch"),
-        }
+        crate::replica::test_batch(topic, partition, offsets)
     }
 
     fn parts(batches: &[ChangeBatch]) -> Vec<(String, i32, i64)> {
