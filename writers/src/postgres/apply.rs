@@ -18,7 +18,7 @@ use sqlx::postgres::PgConnection;
 
 use super::collapse::{Collapsed, Net, RowRef};
 use super::ddl::TableMeta;
-use super::encode::CopyBuf;
+use super::encode::{CopyBuf, Enc};
 use super::error::{At, ReplicaError};
 use super::naming::quote;
 use super::plan::TableWork;
@@ -103,57 +103,60 @@ pub(crate) async fn apply_table(
     .map_err(db(&work.at))?;
 
     let nfields = 1 + work.pk.len() + work.cols.len();
-    // Per upsert group: the columns written, and whether its rows are fresh.
-    let mut groups: HashMap<(Vec<bool>, bool), i32> = HashMap::new();
+    let ncols = work.cols.len();
+    // Per upsert group, by freshness: the columns written, and the group's number.
+    let mut groups: [HashMap<Vec<bool>, i32>; 2] = Default::default();
+    let mut ngroups = 0;
     let mut copy = conn
         .copy_in_raw(&format!("COPY {stage} FROM STDIN (FORMAT binary)"))
         .await
         .map_err(db(&work.at))?;
     let mut buf = CopyBuf::new();
+    // Per row, reused: where each column's value comes from, and which are written.
+    let mut cells: Vec<Option<(&Enc<'_>, RowRef)>> = Vec::with_capacity(ncols);
+    let mut present: Vec<bool> = Vec::with_capacity(ncols);
     let mut write_row =
         |buf: &mut CopyBuf, key: &[u8], net: Option<&Net>, base: Option<RowRef>, fresh: bool| {
             buf.row(nfields);
-            let present: Vec<bool> = (0..work.cols.len())
-                .map(|c| {
-                    let src = net.map_or(base, |n| n.source(c));
-                    src.is_some_and(|r| {
-                        work.encs
-                            .get(&r.batch)
-                            .and_then(|e| e.vals.get(c))
-                            .is_some_and(Option::is_some)
-                    })
-                })
-                .collect();
+            cells.clear();
+            present.clear();
+            for c in 0..ncols {
+                let src = net.map_or(base, |n| n.source(c));
+                let cell = src.and_then(|r| {
+                    let enc = work.encs.get(&r.batch)?.vals.get(c)?.as_ref()?;
+                    Some((enc, r))
+                });
+                present.push(cell.is_some());
+                cells.push(cell);
+            }
             let grp = match net {
                 Some(Net::Delete(_)) => 0,
                 _ => {
-                    let next = groups.len() as i32 + 1;
-                    *groups.entry((present.clone(), fresh)).or_insert(next)
+                    let by = &mut groups[usize::from(fresh)];
+                    match by.get(present.as_slice()) {
+                        Some(&g) => g,
+                        None => {
+                            ngroups += 1;
+                            by.insert(present.clone(), ngroups);
+                            ngroups
+                        }
+                    }
                 }
             };
             buf.buf.extend_from_slice(&4i32.to_be_bytes());
             buf.buf.extend_from_slice(&grp.to_be_bytes());
             buf.buf.extend_from_slice(key);
-            for (c, here) in present.iter().enumerate() {
-                let src = net.map_or(base, |n| n.source(c));
-                match (here, src) {
-                    (true, Some(r)) => {
-                        let enc = work
-                            .encs
-                            .get(&r.batch)
-                            .and_then(|e| e.vals.get(c))
-                            .and_then(Option::as_ref);
-                        match enc {
-                            Some(e) => e.write(r.row as usize, &mut buf.buf).map_err(|reason| {
-                                ReplicaError::BadData {
-                                    at: row_at(batches, &work, r),
-                                    reason: format!("column `{}`: {reason}", work.cols[c].name),
-                                }
-                            })?,
-                            None => buf.null(),
-                        }
+            for (c, cell) in cells.iter().enumerate() {
+                match cell {
+                    Some((enc, r)) => {
+                        enc.write(r.row as usize, &mut buf.buf).map_err(|reason| {
+                            ReplicaError::BadData {
+                                at: row_at(batches, &work, *r),
+                                reason: format!("column `{}`: {reason}", work.cols[c].name),
+                            }
+                        })?
                     }
-                    _ => buf.null(),
+                    None => buf.null(),
                 }
             }
             Ok::<_, ReplicaError>(grp)
@@ -212,7 +215,12 @@ pub(crate) async fn apply_table(
         .map_err(db(&work.at))?;
     }
     let keys: Vec<String> = work.pk.iter().map(|k| quote(&k.name)).collect();
-    let mut groups: Vec<((Vec<bool>, bool), i32)> = groups.into_iter().collect();
+    let [stale, fresh_groups] = groups;
+    let mut groups: Vec<((Vec<bool>, bool), i32)> = stale
+        .into_iter()
+        .map(|(p, g)| ((p, false), g))
+        .chain(fresh_groups.into_iter().map(|(p, g)| ((p, true), g)))
+        .collect();
     groups.sort_by_key(|(_, g)| *g);
     for ((present, fresh), grp) in groups {
         let written: Vec<&str> = work

@@ -65,7 +65,8 @@ pub(crate) struct TableWork<'a> {
     pub collapser: Collapser,
     /// Keyless tables: rows to insert, in order.
     pub inserts: Vec<RowRef>,
-    pub encs: HashMap<u32, BatchEncs<'a>>,
+    /// By batch index; looked up per row and column, hence the fast hash.
+    pub encs: HashMap<u32, BatchEncs<'a>, foldhash::fast::RandomState>,
 }
 
 impl TableWork<'_> {
@@ -360,7 +361,7 @@ fn table_index<'a>(
         cols: Vec::new(),
         collapser: Collapser::default(),
         inserts: Vec::new(),
-        encs: HashMap::new(),
+        encs: HashMap::default(),
     });
     Ok(tables.len() - 1)
 }
