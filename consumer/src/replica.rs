@@ -9,26 +9,6 @@
 mod lanes;
 mod tolerate;
 
-/// A batch of rows at `offsets` (an `__offset` column only), for the unit tests.
-#[cfg(test)]
-fn test_batch(topic: &str, partition: i32, offsets: std::ops::Range<i64>) -> ChangeBatch {
-    use arrow_array::{Int64Array, RecordBatch};
-    use arrow_schema::{DataType, Field, Schema};
-    let schema = Schema::new(vec![Field::new("__offset", DataType::Int64, false)]);
-    let values: Vec<i64> = offsets.clone().collect();
-    ChangeBatch {
-        topic: Arc::from(topic),
-        partition,
-        first_offset: offsets.start,
-        last_offset: offsets.end - 1,
-        key_schema: None,
-        value_schema: None,
-        shape: lakesink_schema_registry::ValueShape::KeyOnly,
-        rows: RecordBatch::try_new(Arc::new(schema), vec![Arc::new(Int64Array::from(values))])
-            .expect("batch"),
-    }
-}
-
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -312,4 +292,24 @@ pub(crate) fn skip_below(batch: &ChangeBatch, floor: i64) -> Option<ChangeBatch>
     out.rows = batch.rows.slice(from, offsets.len() - from);
     out.first_offset = offsets.value(from);
     Some(out)
+}
+
+/// A batch of rows at `offsets` (an `__offset` column only), for the unit tests.
+#[cfg(test)]
+fn test_batch(topic: &str, partition: i32, offsets: std::ops::Range<i64>) -> ChangeBatch {
+    use arrow_array::{Int64Array, RecordBatch};
+    use arrow_schema::{DataType, Field, Schema};
+    let schema = Schema::new(vec![Field::new("__offset", DataType::Int64, false)]);
+    let values: Vec<i64> = offsets.clone().collect();
+    ChangeBatch {
+        topic: Arc::from(topic),
+        partition,
+        first_offset: offsets.start,
+        last_offset: offsets.end - 1,
+        key_schema: None,
+        value_schema: None,
+        shape: lakesink_schema_registry::ValueShape::KeyOnly,
+        rows: RecordBatch::try_new(Arc::new(schema), vec![Arc::new(Int64Array::from(values))])
+            .expect("batch"),
+    }
 }
