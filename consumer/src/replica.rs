@@ -23,9 +23,17 @@ use crate::dead_letter::DeadLetters;
 use crate::telemetry::metrics::SinkTopicLabels;
 use crate::telemetry::status::REPLICA;
 use crate::telemetry::{Component, Telemetry};
-use lanes::{Lanes, Part};
+use lanes::{Lanes, Part, Stuck};
 
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// A lane whose transaction has run this long with the whole bounds waiting behind it is
+/// stuck (a locked table, a slow statement): its partitions are paused at the consumer so
+/// that the other lanes go on. Transactions take well under a second when they flow, so a
+/// lane does not pause and resume at every transaction; each pause makes librdkafka drop and
+/// fetch again what it had prefetched (pausing at a quarter of the bounds, without this
+/// delay, halved the throughput).
+const STUCK_AFTER: Duration = Duration::from_secs(2);
 
 pub(crate) struct ReplicaSink {
     replicator: Arc<PgReplicator>,
@@ -93,14 +101,29 @@ impl ReplicaSink {
         self.lanes.push(batch);
     }
 
-    /// Pending work over the bounds: the caller takes nothing new while it waits.
+    /// Pending work over the bounds: the caller takes nothing new while it waits. Stuck
+    /// lanes do not count: their partitions are paused instead (see [`Self::backlogged`]).
     pub(crate) fn full(&self) -> bool {
-        let (rows, bytes) = self.lanes.pending();
+        let (rows, bytes) = self.lanes.pending_flowing(self.stuck(), Instant::now());
         rows >= self.max_rows || bytes >= self.max_bytes
+    }
+
+    fn stuck(&self) -> Stuck {
+        Stuck {
+            rows: self.max_rows,
+            bytes: self.max_bytes,
+            after: STUCK_AFTER,
+        }
     }
 
     pub(crate) fn applying(&self) -> bool {
         !self.running.is_empty()
+    }
+
+    /// Partitions to pause: those of a stuck lane (see [`STUCK_AFTER`]). The other lanes go
+    /// on.
+    pub(crate) fn backlogged(&self) -> Vec<Part> {
+        self.lanes.stuck(self.stuck(), Instant::now())
     }
 
     /// Starts a transaction in every lane that has work and none running.

@@ -3,7 +3,7 @@
 //! the offsets they cover, feeds both sinks, and stores for Kafka to commit, per partition,
 //! the first offset not yet durable.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +12,7 @@ use lakesink_writers::parquet::{ParquetWriter, RawError, Receipt};
 use rdkafka::consumer::Consumer;
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::mpsc;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::kafka::GroupConsumer;
 use crate::replica::{ReplicaSink, skip_below};
@@ -57,6 +57,8 @@ struct Progress {
     consumed: HashMap<Part, i64>,
     stored: HashMap<Part, i64>,
     raw_floor: HashMap<Part, i64>,
+    /// Partitions paused at the consumer because their replica lane is stuck.
+    paused: HashSet<Part>,
 }
 
 pub(crate) async fn run(
@@ -70,7 +72,11 @@ pub(crate) async fn run(
     loop {
         let raw_uploading = sinks.raw.as_ref().is_some_and(ParquetWriter::uploading);
         let applying = sinks.replica.as_ref().is_some_and(ReplicaSink::applying);
-        // Backpressure: while a sink is over its bounds, take nothing new.
+        // Backpressure: a stuck replica lane pauses its own partitions; a sink over its whole
+        // bounds stops everything.
+        if let Some(rep) = &sinks.replica {
+            progress.pause_backlogged(&consumer, rep);
+        }
         let accept = !(sinks.raw.as_ref().is_some_and(ParquetWriter::over_budget) && raw_uploading
             || sinks.replica.as_ref().is_some_and(ReplicaSink::full) && applying);
         tokio::select! {
@@ -118,7 +124,7 @@ pub(crate) async fn run(
                         if let Some(rep) = &mut sinks.replica {
                             rep.revoke(&part);
                         }
-                        progress.forget(&part);
+                        progress.forget(&part, &consumer);
                     }
                 }
             }
@@ -143,10 +149,63 @@ fn now_ms() -> i64 {
 }
 
 impl Progress {
-    fn forget(&mut self, part: &Part) {
+    fn forget(&mut self, part: &Part, consumer: &GroupConsumer) {
         self.consumed.remove(part);
         self.stored.remove(part);
         self.raw_floor.remove(part);
+        // Resumed as it goes, so that if it comes back to this member it is not still paused.
+        if self.paused.remove(part) {
+            let mut l = TopicPartitionList::new();
+            l.add_partition(&part.0, part.1);
+            if let Err(e) = consumer.resume(&l) {
+                debug!(error = %e, "resuming a revoked partition");
+            }
+        }
+    }
+
+    /// Pauses the partitions of stuck replica lanes at the consumer, and resumes those whose
+    /// lane moved again.
+    fn pause_backlogged(&mut self, consumer: &GroupConsumer, rep: &ReplicaSink) {
+        let want: HashSet<Part> = rep
+            .backlogged()
+            .into_iter()
+            .filter(|p| self.consumed.contains_key(p))
+            .collect();
+        if want == self.paused {
+            return;
+        }
+        let list = |parts: &mut dyn Iterator<Item = &Part>| {
+            let mut l = TopicPartitionList::new();
+            for (t, p) in parts {
+                l.add_partition(t, *p);
+            }
+            l
+        };
+        let pause = list(&mut want.difference(&self.paused));
+        let resume = list(&mut self.paused.difference(&want));
+        if pause.count() > 0 {
+            match consumer.pause(&pause) {
+                Ok(()) => {
+                    info!(
+                        parts = pause.count(),
+                        "a replica lane is stuck: its partitions paused, the others go on"
+                    )
+                }
+                Err(e) => warn!(error = %e, "pausing partitions"),
+            }
+        }
+        if resume.count() > 0 {
+            match consumer.resume(&resume) {
+                Ok(()) => {
+                    info!(
+                        parts = resume.count(),
+                        "the replica lane moved again: its partitions resumed"
+                    )
+                }
+                Err(e) => warn!(error = %e, "resuming partitions"),
+            }
+        }
+        self.paused = want;
     }
 
     /// Stores each partition's watermark where it moved. With the raw layer on, Kafka's

@@ -111,3 +111,105 @@ async fn the_replica_alone_resumes_from_its_own_offsets() {
     run.run_to_end(&end);
     assert_eq!(replica_state(&stack, &topic).await, expected_table(count));
 }
+
+/// A slow replica table holds back only its own lane: with one table locked by another
+/// session, the partitions of its lane pause at the consumer while the other topic's rows
+/// keep arriving in the replica; unlocked, the first catches up.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_locked_table_holds_back_only_its_own_lane() {
+    let stack = Stack::from_env();
+    let (slow, fast) = (unique("slow-lane"), unique("fast-lane"));
+    let slow_t = Arc::new(Table::create(&stack, &slow, 1).await);
+    let fast_t = Arc::new(Table::create(&stack, &fast, 1).await);
+    produce(&stack, &slow_t, 1, 0..100).await;
+    produce(&stack, &fast_t, 1, 0..100).await;
+    // Two lanes, and a bound small enough that the locked table's backlog would stop
+    // everything if the whole consumer paused (the consumer hands over up to 16k records at
+    // a time, so the stream must be longer than that).
+    let run = Run::with(
+        stack.clone(),
+        &slow,
+        1,
+        None,
+        &format!(
+            "[replica]\nurl = \"{}\"\nbatch-max-rows = 100\npool-size = 2\n",
+            stack.replica_pg_url
+        ),
+    );
+    let text = std::fs::read_to_string(&run.config).expect("config");
+    let text = text.replace(
+        &format!("topics = [\"{slow}\"]"),
+        &format!("topics = [\"{slow}\", \"{fast}\"]"),
+    );
+    std::fs::write(&run.config, text).expect("config written");
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&stack.replica_pg_url)
+        .await
+        .expect("replica reachable");
+    // Killed however the test ends: a failed assertion must not leave it running.
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = Killed(run.start(None));
+    let at = |topic: &str| {
+        let (pool, topic) = (pool.clone(), topic.to_owned());
+        async move {
+            sqlx::query_as::<_, (i64,)>(
+                "SELECT max(next_offset) FROM public.lakesink_offsets WHERE topic = $1",
+            )
+            .bind(topic)
+            .fetch_optional(&pool)
+            .await
+            .ok()
+            .flatten()
+            .map(|(n,)| n)
+        }
+    };
+    let wait = |topic: String, want: i64| {
+        let at = &at;
+        let run = &run;
+        async move {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+            while at(&topic).await != Some(want) {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{topic} never reached {want} in the replica; log:\n{}",
+                    run.log_tail()
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+        }
+    };
+    wait(slow.clone(), 100).await;
+    wait(fast.clone(), 100).await;
+
+    let mut lock = pool.begin().await.expect("begin");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "LOCK TABLE public.\"{slow}\" IN ACCESS EXCLUSIVE MODE"
+    )))
+    .execute(&mut *lock)
+    .await
+    .expect("lock");
+    // The locked table's records first, so that its backlog builds before the others come.
+    produce(&stack, &slow_t, 1, 100..20_000).await;
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    produce(&stack, &fast_t, 1, 100..20_000).await;
+    wait(fast.clone(), 20_000).await;
+    assert!(at(&slow).await < Some(20_000), "the locked table moved");
+    lock.commit().await.expect("unlock");
+    wait(slow.clone(), 20_000).await;
+    assert!(
+        child.0.try_wait().expect("wait").is_none(),
+        "{}",
+        run.log_tail()
+    );
+    drop(child);
+    let want = expected_table(20_000);
+    assert_eq!(replica_state(&stack, &slow).await, want);
+    assert_eq!(replica_state(&stack, &fast).await, want);
+}

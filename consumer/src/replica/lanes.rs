@@ -3,6 +3,7 @@
 //! partition's records are applied in offset order while lanes commit independently.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use lakesink_schema_registry::ChangeBatch;
 
@@ -13,18 +14,36 @@ pub(crate) struct Lanes {
     /// Each partition's lane, kept after a revoke: a partition assigned again must not be
     /// applied in a second lane while its old transaction may still run in the first.
     lane_of: HashMap<Part, usize>,
-    /// Rows and bytes pending over all lanes.
-    rows: usize,
-    bytes: usize,
 }
 
 #[derive(Default)]
 struct Lane {
     pending: Vec<ChangeBatch>,
+    /// Rows and bytes of `pending`.
+    rows: usize,
+    bytes: usize,
     /// First offset per partition of what is pending, and of what is being applied.
     pending_start: HashMap<Part, i64>,
     inflight_start: HashMap<Part, i64>,
-    busy: bool,
+    /// When its transaction started, while one runs.
+    running_since: Option<Instant>,
+}
+
+/// When a lane counts as stuck: its transaction has run at least `after` while at least
+/// `rows` rows or `bytes` bytes wait behind it.
+#[derive(Clone, Copy)]
+pub(crate) struct Stuck {
+    pub rows: usize,
+    pub bytes: usize,
+    pub after: Duration,
+}
+
+impl Lane {
+    fn stuck(&self, s: Stuck, now: Instant) -> bool {
+        self.running_since
+            .is_some_and(|t| now.saturating_duration_since(t) >= s.after)
+            && (self.rows >= s.rows || self.bytes >= s.bytes)
+    }
 }
 
 impl Lanes {
@@ -32,18 +51,17 @@ impl Lanes {
         Self {
             lanes: (0..count.max(1)).map(|_| Lane::default()).collect(),
             lane_of: HashMap::new(),
-            rows: 0,
-            bytes: 0,
         }
     }
 
     /// Queues a batch in its partition's lane.
     pub(crate) fn push(&mut self, batch: ChangeBatch) {
         let part = (batch.topic.to_string(), batch.partition);
-        self.rows += batch.rows.num_rows();
-        self.bytes += batch.rows.get_array_memory_size();
+        let (rows, bytes) = (batch.rows.num_rows(), batch.rows.get_array_memory_size());
         let lane = self.lane(&part);
         let lane = &mut self.lanes[lane];
+        lane.rows += rows;
+        lane.bytes += bytes;
         lane.pending_start.entry(part).or_insert(batch.first_offset);
         lane.pending.push(batch);
     }
@@ -63,24 +81,47 @@ impl Lanes {
     }
 
     /// Rows and bytes waiting for a transaction.
-    pub(crate) fn pending(&self) -> (usize, usize) {
-        (self.rows, self.bytes)
+    #[cfg(test)]
+    fn pending(&self) -> (usize, usize) {
+        self.lanes
+            .iter()
+            .fold((0, 0), |(r, b), l| (r + l.rows, b + l.bytes))
+    }
+
+    /// Rows and bytes waiting in lanes that are not stuck. A stuck lane's partitions are
+    /// paused, so its own backlog grows only by what was fetched before the pause.
+    pub(crate) fn pending_flowing(&self, stuck: Stuck, now: Instant) -> (usize, usize) {
+        self.lanes
+            .iter()
+            .filter(|l| !l.stuck(stuck, now))
+            .fold((0, 0), |(r, b), l| (r + l.rows, b + l.bytes))
+    }
+
+    /// The partitions of every stuck lane: what a slow lane holds back.
+    pub(crate) fn stuck(&self, stuck: Stuck, now: Instant) -> Vec<Part> {
+        let over: Vec<bool> = self.lanes.iter().map(|l| l.stuck(stuck, now)).collect();
+        if !over.contains(&true) {
+            return Vec::new();
+        }
+        self.lane_of
+            .iter()
+            .filter(|&(_, &l)| over[l])
+            .map(|(p, _)| p.clone())
+            .collect()
     }
 
     /// Takes the pending batches of every idle lane, marking those lanes busy.
     pub(crate) fn take_ready(&mut self) -> Vec<(usize, Vec<ChangeBatch>)> {
         let mut ready = Vec::new();
         for (index, lane) in self.lanes.iter_mut().enumerate() {
-            if lane.busy || lane.pending.is_empty() {
+            if lane.running_since.is_some() || lane.pending.is_empty() {
                 continue;
             }
             let batches = std::mem::take(&mut lane.pending);
-            for b in &batches {
-                self.rows -= b.rows.num_rows();
-                self.bytes -= b.rows.get_array_memory_size();
-            }
             lane.inflight_start = std::mem::take(&mut lane.pending_start);
-            lane.busy = true;
+            lane.rows = 0;
+            lane.bytes = 0;
+            lane.running_since = Some(Instant::now());
             ready.push((index, batches));
         }
         ready
@@ -89,7 +130,7 @@ impl Lanes {
     /// A lane's transaction ended (committed or not: a failure stops the run).
     pub(crate) fn done(&mut self, index: usize) {
         let lane = &mut self.lanes[index];
-        lane.busy = false;
+        lane.running_since = None;
         lane.inflight_start.clear();
     }
 
@@ -109,7 +150,7 @@ impl Lanes {
         };
         let lane = &mut self.lanes[index];
         lane.pending_start.remove(part);
-        let (rows, bytes) = (&mut self.rows, &mut self.bytes);
+        let (rows, bytes) = (&mut lane.rows, &mut lane.bytes);
         lane.pending.retain(|b| {
             let keep = !(*b.topic == *part.0 && b.partition == part.1);
             if !keep {
@@ -194,6 +235,54 @@ mod tests {
         lanes.take_ready();
         lanes.done(0);
         assert_eq!(lanes.start_of(&part), None);
+    }
+
+    #[test]
+    fn only_the_partitions_of_a_lane_stuck_over_its_bound_are_held_back() {
+        let at_once = Stuck {
+            rows: 5,
+            bytes: usize::MAX,
+            after: Duration::ZERO,
+        };
+        let now = Instant::now;
+        let mut lanes = Lanes::new(2);
+        lanes.push(batch("t", 0, 0..10));
+        lanes.push(batch("t", 1, 0..10));
+        assert!(
+            lanes.stuck(at_once, now()).is_empty(),
+            "idle lanes start instead"
+        );
+        let ready = lanes.take_ready();
+        lanes.push(batch("t", 0, 10..20));
+        lanes.push(batch("t", 1, 10..12));
+        assert_eq!(lanes.stuck(at_once, now()), vec![("t".to_owned(), 0)]);
+        assert_eq!(
+            lanes.pending_flowing(at_once, now()).0,
+            2,
+            "the stuck lane not counted"
+        );
+        let later = Stuck {
+            after: Duration::from_secs(60),
+            ..at_once
+        };
+        assert!(
+            lanes.stuck(later, now()).is_empty(),
+            "not running long enough"
+        );
+        assert_eq!(lanes.pending_flowing(later, now()).0, 12);
+        // Its transaction done, the lane is not held back any more.
+        let lane_0 = ready
+            .iter()
+            .find(|(_, b)| b[0].partition == 0)
+            .map(|(i, _)| *i)
+            .expect("lane of 0");
+        lanes.done(lane_0);
+        assert!(lanes.stuck(at_once, now()).is_empty());
+        lanes.take_ready();
+        assert!(
+            lanes.stuck(at_once, now()).is_empty(),
+            "its count went with the take"
+        );
     }
 
     #[test]
