@@ -114,34 +114,7 @@ async fn a_record_the_replica_refuses_goes_to_the_dead_letter_topic() {
         .await
         .expect("replica reachable");
     let mut child = run.start(None);
-    // None until lakesink has created its offsets table and stored one.
-    let replica_at = |pool: sqlx::PgPool, topic: String| async move {
-        sqlx::query_as::<_, (i64,)>(
-            "SELECT next_offset FROM public.lakesink_offsets WHERE topic = $1 AND partition = 0",
-        )
-        .bind(topic)
-        .fetch_optional(&pool)
-        .await
-        .ok()
-        .flatten()
-        .map(|(n,)| n)
-    };
-    let wait_for = |want: i64| {
-        let (pool, topic) = (pool.clone(), topic.clone());
-        let run = &run;
-        async move {
-            let deadline = std::time::Instant::now() + Duration::from_secs(120);
-            while replica_at(pool.clone(), topic.clone()).await != Some(want) {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "replica offset never {want}; log:\n{}",
-                    run.log_tail()
-                );
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
-    };
-    wait_for(1000).await;
+    run.wait_for_replica(&pool, &topic, 1000).await;
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "ALTER TABLE public.\"{topic}\" ADD CONSTRAINT not_1500 CHECK (id <> 1500)"
     )))
@@ -149,7 +122,7 @@ async fn a_record_the_replica_refuses_goes_to_the_dead_letter_topic() {
     .await
     .expect("constraint");
     produce(1000..2000).await.expect("produce");
-    wait_for(2000).await;
+    run.wait_for_replica(&pool, &topic, 2000).await;
     stop_after_one_dead_letter(&run, &mut child, &topic).await;
 
     let letters = dead_letters(&stack, &dlq);

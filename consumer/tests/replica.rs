@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{BASE_TS, Run, assert_exactly_once, expected};
+use common::{BASE_TS, Run, assert_exactly_once, expected, replica_next_offset};
 use lakesink_tests::workload::Table;
 use lakesink_tests::{Stack, unique};
 use std::sync::Arc;
@@ -156,37 +156,8 @@ async fn a_locked_table_holds_back_only_its_own_lane() {
         }
     }
     let mut child = Killed(run.start(None));
-    let at = |topic: &str| {
-        let (pool, topic) = (pool.clone(), topic.to_owned());
-        async move {
-            sqlx::query_as::<_, (i64,)>(
-                "SELECT max(next_offset) FROM public.lakesink_offsets WHERE topic = $1",
-            )
-            .bind(topic)
-            .fetch_optional(&pool)
-            .await
-            .ok()
-            .flatten()
-            .map(|(n,)| n)
-        }
-    };
-    let wait = |topic: String, want: i64| {
-        let at = &at;
-        let run = &run;
-        async move {
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
-            while at(&topic).await != Some(want) {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "{topic} never reached {want} in the replica; log:\n{}",
-                    run.log_tail()
-                );
-                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-            }
-        }
-    };
-    wait(slow.clone(), 100).await;
-    wait(fast.clone(), 100).await;
+    run.wait_for_replica(&pool, &slow, 100).await;
+    run.wait_for_replica(&pool, &fast, 100).await;
 
     let mut lock = pool.begin().await.expect("begin");
     sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -199,10 +170,13 @@ async fn a_locked_table_holds_back_only_its_own_lane() {
     produce(&stack, &slow_t, 1, 100..20_000).await;
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     produce(&stack, &fast_t, 1, 100..20_000).await;
-    wait(fast.clone(), 20_000).await;
-    assert!(at(&slow).await < Some(20_000), "the locked table moved");
+    run.wait_for_replica(&pool, &fast, 20_000).await;
+    assert!(
+        replica_next_offset(&pool, &slow).await < Some(20_000),
+        "the locked table moved"
+    );
     lock.commit().await.expect("unlock");
-    wait(slow.clone(), 20_000).await;
+    run.wait_for_replica(&pool, &slow, 20_000).await;
     assert!(
         child.0.try_wait().expect("wait").is_none(),
         "{}",

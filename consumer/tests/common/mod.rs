@@ -272,6 +272,34 @@ allow-http = true
 }
 
 /// A loopback address with a port nobody listens on now.
+impl Run {
+    /// Waits until the replica's offsets table says `topic` (one partition) is applied up to
+    /// `want`; before lakesink creates that table, it says nothing.
+    pub async fn wait_for_replica(&self, pool: &sqlx::PgPool, topic: &str, want: i64) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while replica_next_offset(pool, topic).await != Some(want) {
+            assert!(
+                Instant::now() < deadline,
+                "{topic} never reached {want} in the replica; log:\n{}",
+                self.log_tail()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+/// The replica's next offset for `topic` (its highest over partitions), if it has one.
+pub async fn replica_next_offset(pool: &sqlx::PgPool, topic: &str) -> Option<i64> {
+    sqlx::query_as::<_, (Option<i64>,)>(
+        "SELECT max(next_offset) FROM public.lakesink_offsets WHERE topic = $1",
+    )
+    .bind(topic)
+    .fetch_one(pool)
+    .await
+    .ok()
+    .and_then(|(n,)| n)
+}
+
 pub fn free_port() -> std::net::SocketAddr {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
