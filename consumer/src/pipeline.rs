@@ -15,10 +15,10 @@ use lakesink_config::KafkaConfig;
 use lakesink_schema_registry::{ChangeBatch, ChangeDecoder, Format, SchemaResolver};
 use lakesink_writers::parquet::ParquetWriter;
 use rdkafka::Message;
-use rdkafka::Offset;
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::BorrowedMessage;
+use rdkafka::{Offset, TopicPartitionList};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
@@ -107,7 +107,8 @@ pub(crate) async fn run<R: SchemaResolver>(
     let raw_on = sinks.raw.is_some();
     let with_headers = sinks.raw.as_ref().is_some_and(ParquetWriter::with_headers);
     let (tx, rx) = mpsc::channel(CHANNEL_ITEMS);
-    let mut sink_task = tokio::spawn(sinks::run(sinks, rx, consumer.clone()));
+    let rewinds = sinks::Rewinds::default();
+    let mut sink_task = tokio::spawn(sinks::run(sinks, rx, consumer.clone(), rewinds.clone()));
     let mut decoder = ChangeDecoder::new(resolver, format, BATCH_ROWS);
     let mut pending = Pending {
         headers: with_headers.then(HeaderLog::default),
@@ -126,6 +127,10 @@ pub(crate) async fn run<R: SchemaResolver>(
                     pending.forget(part);
                 }
                 send(&tx, Item::Revoked(parts)).await?;
+            }
+            let due = rewinds.take();
+            if !due.is_empty() {
+                rewind(&consumer, &mut decoder, &mut pending, &tx, &telemetry, due).await?;
             }
             let next = tokio::select! {
                 biased;
@@ -160,7 +165,12 @@ pub(crate) async fn run<R: SchemaResolver>(
                             .entry(part.0.clone())
                             .or_default()
                             .insert(part.1);
-                        let item = start(replica.as_ref(), raw_on, &part, msg.offset()).await?;
+                        let raw_mark = match (&replica, raw_on) {
+                            (Some(_), true) => committed_raw_mark(&consumer, &part).await,
+                            _ => None,
+                        };
+                        let item =
+                            start(replica.as_ref(), raw_on, raw_mark, &part, msg.offset()).await?;
                         let seek = seek_target(&item, msg.offset());
                         send(&tx, item).await?;
                         if let Some(to) = seek {
@@ -224,12 +234,16 @@ fn flatten(done: Result<anyhow::Result<()>, tokio::task::JoinError>) -> anyhow::
     done.context("the sink task failed")?
 }
 
-/// On a partition's first record: where each sink stands. When the replica is behind the
-/// record, the partition is read again from the replica's offset and the raw layer skips what
-/// it already holds; when it is ahead, the replica skips what it applied.
+/// On a partition's first record: where each sink stands. Kafka's offset is the lower of the
+/// two sinks' points, and `raw_mark` (from the commit's metadata) the raw layer's when it was
+/// ahead: the raw layer skips up to it. When the replica is behind the record anyway (a
+/// replica restored from an older backup, offsets committed by an older lakesink), the
+/// partition is read again from the replica's offset and the raw layer skips what it already
+/// holds; when the replica is ahead, it skips what it applied.
 async fn start(
     replica: Option<&ReplicaOffsets>,
     raw_on: bool,
+    raw_mark: Option<i64>,
     part: &Part,
     first: i64,
 ) -> anyhow::Result<Item> {
@@ -242,11 +256,46 @@ async fn start(
         info!(topic = %part.0, partition = part.1, from = ?replica_floor, to = first,
             "the replica is behind: reading again from its offset");
     }
+    let raw_floor = match (behind, raw_mark) {
+        (_, Some(m)) if m > first => Some(m),
+        (true, _) => Some(first),
+        _ => None,
+    };
     Ok(Item::Started {
         part: part.clone(),
-        raw_floor: (behind && raw_on).then_some(first),
+        raw_floor: raw_floor.filter(|_| raw_on),
         replica_floor,
     })
+}
+
+/// The raw layer's point from the partition's committed metadata (see
+/// [`sinks::raw_mark_metadata`]). Without it the raw layer cuts the same files again from
+/// Kafka's offset, which is safe, so a failed lookup is only logged.
+async fn committed_raw_mark(consumer: &Arc<kafka::GroupConsumer>, part: &Part) -> Option<i64> {
+    let (c, p) = (consumer.clone(), part.clone());
+    let found = tokio::task::spawn_blocking(move || {
+        let mut list = TopicPartitionList::new();
+        list.add_partition(&p.0, p.1);
+        let list = c.committed_offsets(list, Duration::from_secs(10))?;
+        // rdkafka panics on metadata that is not UTF-8, which another client could write.
+        let metadata = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            list.elements().first().map(|e| e.metadata().to_owned())
+        }));
+        Ok::<_, KafkaError>(metadata.ok().flatten())
+    })
+    .await;
+    match found {
+        Ok(Ok(metadata)) => metadata.as_deref().and_then(sinks::parse_raw_mark),
+        Ok(Err(e)) => {
+            warn!(topic = %part.0, partition = part.1, error = %e,
+                "reading the committed metadata; the raw layer starts at Kafka's offset");
+            None
+        }
+        Err(e) => {
+            warn!(error = %e, "reading the committed metadata");
+            None
+        }
+    }
 }
 
 /// Where to seek after [`start`]: the replica's offset when it is behind `first`.
@@ -258,6 +307,38 @@ fn seek_target(item: &Item, first: i64) -> Option<i64> {
         } if *next < first => Some(*next),
         _ => None,
     }
+}
+
+/// Reads partitions again from the offsets the sinks asked for: what was consumed before goes
+/// to the sinks first, so that [`Item::Rewound`] separates the two readings.
+async fn rewind<R: SchemaResolver>(
+    consumer: &kafka::GroupConsumer,
+    decoder: &mut ChangeDecoder<R>,
+    pending: &mut Pending,
+    tx: &mpsc::Sender<Item>,
+    telemetry: &Telemetry,
+    due: Vec<(Part, i64)>,
+) -> anyhow::Result<()> {
+    hand_over(decoder, pending, tx, telemetry).await?;
+    for (part, from) in due {
+        // Revoked meanwhile: the sinks forgot it, and its new reading starts on its own.
+        if !pending.is_started(&part.0, part.1) {
+            continue;
+        }
+        if let Some(h) = &mut pending.headers {
+            h.forget(&part.0, part.1);
+        }
+        consumer
+            .seek(
+                &part.0,
+                part.1,
+                Offset::Offset(from),
+                Duration::from_secs(10),
+            )
+            .with_context(|| format!("seeking {}[{}] back to {from}", part.0, part.1))?;
+        send(tx, Item::Rewound(part)).await?;
+    }
+    Ok(())
 }
 
 async fn send(tx: &mpsc::Sender<Item>, item: Item) -> anyhow::Result<()> {

@@ -46,6 +46,11 @@ pub(crate) struct ReplicaSink {
     dead: Option<Arc<DeadLetters>>,
     /// Per partition, records below this are in the replica already (from its offsets table).
     floor: HashMap<Part, i64>,
+    /// Partitions of a stuck lane that the replica stopped taking, with the first offset it
+    /// does not hold: they are read again from there once the lane moves ([`Self::detach`]).
+    detached: HashMap<Part, i64>,
+    /// Detached partitions whose reading again was asked for.
+    rewinding: std::collections::HashSet<Part>,
     telemetry: Arc<Telemetry>,
 }
 
@@ -69,6 +74,8 @@ impl ReplicaSink {
             running: JoinSet::new(),
             dead,
             floor: HashMap::new(),
+            detached: HashMap::new(),
+            rewinding: std::collections::HashSet::new(),
             telemetry,
         })
     }
@@ -87,9 +94,17 @@ impl ReplicaSink {
         self.floor.insert(part, floor);
     }
 
+    /// Records below this are in the replica already, if it was ahead of Kafka's offset.
+    pub(crate) fn floor(&self, part: &Part) -> Option<i64> {
+        self.floor.get(part).copied()
+    }
+
     /// Queues a batch; rows below the replica's own offset are dropped here.
     pub(crate) fn push(&mut self, batch: &ChangeBatch) {
         let part = (batch.topic.to_string(), batch.partition);
+        if self.detached.contains_key(&part) {
+            return;
+        }
         let batch = match self.floor.get(&part) {
             Some(&floor) if batch.last_offset < floor => return,
             Some(&floor) if batch.first_offset < floor => match skip_below(batch, floor) {
@@ -174,16 +189,69 @@ impl ReplicaSink {
         }
     }
 
-    /// The first offset of a partition not yet in the replica, if anything is pending.
+    /// The first offset of a partition not yet in the replica, if anything is pending (or
+    /// was dropped by a detach).
     pub(crate) fn pending_start(&self, part: &Part) -> Option<i64> {
-        self.lanes.start_of(part)
+        match (self.lanes.start_of(part), self.detached.get(part)) {
+            (Some(a), Some(&b)) => Some(a.min(b)),
+            (a, b) => a.or(b.copied()),
+        }
+    }
+
+    /// With another sink to feed: the replica stops taking the partitions of a stuck lane
+    /// and drops what they have queued, so that the consumer goes on for the raw layer within
+    /// the bounds; `consumed` gives where a partition with nothing queued stands. Returns
+    /// the partitions detached now. When the lane's transaction ends, [`Self::rewind_due`]
+    /// has them read again from where the replica stopped.
+    pub(crate) fn detach(&mut self, consumed: &HashMap<Part, i64>) -> Vec<Part> {
+        let mut now = Vec::new();
+        for part in self.backlogged() {
+            if self.detached.contains_key(&part) {
+                continue;
+            }
+            let from = self
+                .lanes
+                .drop_pending(&part)
+                .or_else(|| consumed.get(&part).copied());
+            if let Some(from) = from {
+                self.detached.insert(part.clone(), from);
+                now.push(part);
+            }
+        }
+        now
+    }
+
+    /// Detached partitions whose lane has no transaction running any more: read them again
+    /// from the offset returned, then [`Self::reattach`].
+    pub(crate) fn rewind_due(&mut self) -> Vec<(Part, i64)> {
+        let mut due = Vec::new();
+        for (part, &from) in &self.detached {
+            if !self.rewinding.contains(part) && !self.lanes.running(part) {
+                due.push((part.clone(), from));
+            }
+        }
+        for (part, _) in &due {
+            self.rewinding.insert(part.clone());
+        }
+        due
+    }
+
+    /// The consumer was sought back for a detached partition: take its records again.
+    pub(crate) fn reattach(&mut self, part: &Part) {
+        self.rewinding.remove(part);
+        if let Some(from) = self.detached.remove(part) {
+            let floor = self.floor.entry(part.clone()).or_insert(from);
+            *floor = (*floor).max(from);
+        }
     }
 
     /// Forgets a revoked partition's queued batches. A running apply may still commit them:
     /// its offsets row is locked and only moves forward, so the new owner is not harmed.
     pub(crate) fn revoke(&mut self, part: &Part) {
         self.floor.remove(part);
-        self.lanes.revoke(part);
+        self.detached.remove(part);
+        self.rewinding.remove(part);
+        self.lanes.drop_pending(part);
     }
 }
 

@@ -1,15 +1,16 @@
 //! The sink side of the pipeline, on its own task so that writing Parquet and applying to
 //! PostgreSQL run beside consuming and decoding. It receives decoded batches in order, with
 //! the offsets they cover, feeds both sinks, and stores for Kafka to commit, per partition,
-//! the first offset not yet durable.
+//! the first offset not yet durable in both; with two sinks the raw layer's own point rides
+//! along in the commit's metadata ([`raw_mark_metadata`]).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use lakesink_schema_registry::ChangeBatch;
 use lakesink_writers::parquet::{ParquetWriter, RawError, Receipt};
-use rdkafka::consumer::Consumer;
+use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
@@ -24,6 +25,23 @@ pub(crate) type Part = (String, i32);
 
 /// How often idle partitions and wall-clock rotation are looked at.
 const TICK: Duration = Duration::from_millis(200);
+/// How often a raw-layer point that moved while Kafka's offset did not is committed (the
+/// auto-commit sends metadata only with an offset that moved). librdkafka's default
+/// auto-commit interval.
+const METADATA_EVERY: Duration = Duration::from_secs(5);
+
+/// The committed metadata that names the raw layer's resume point, when Kafka's offset is
+/// the replica's, below it. A restart reads it so that the raw layer skips what it holds
+/// instead of cutting those files again.
+pub(crate) fn raw_mark_metadata(next: i64) -> String {
+    format!("lakesink:raw={next}")
+}
+
+/// The raw layer's resume point from committed metadata; None for anything else (no
+/// metadata, or offsets reset by a tool).
+pub(crate) fn parse_raw_mark(metadata: &str) -> Option<i64> {
+    metadata.strip_prefix("lakesink:raw=")?.parse().ok()
+}
 
 /// The sinks a run feeds; at least one is set.
 pub(crate) struct Sinks {
@@ -48,14 +66,42 @@ pub(crate) enum Item {
         replica_floor: Option<i64>,
     },
     Revoked(Vec<Part>),
+    /// The consumer was sought back for a partition in [`Rewinds`]: what follows it was read
+    /// again.
+    Rewound(Part),
     /// Shut down: close files, wait for uploads and the last transaction, store offsets.
     Stop,
+}
+
+/// Partitions the sink side asks to be read again from an offset (a detached replica lane
+/// that moved again). The consuming side hands over what it holds, seeks, and answers with
+/// [`Item::Rewound`].
+#[derive(Clone, Default)]
+pub(crate) struct Rewinds(Arc<Mutex<Vec<(Part, i64)>>>);
+
+impl Rewinds {
+    fn push(&self, due: Vec<(Part, i64)>) {
+        if let Ok(mut v) = self.0.lock() {
+            v.extend(due);
+        }
+    }
+
+    pub(crate) fn take(&self) -> Vec<(Part, i64)> {
+        self.0
+            .lock()
+            .map(|mut v| std::mem::take(&mut *v))
+            .unwrap_or_default()
+    }
 }
 
 #[derive(Default)]
 struct Progress {
     consumed: HashMap<Part, i64>,
-    stored: HashMap<Part, i64>,
+    /// What was last stored: Kafka's offset, and the raw layer's point when it is ahead.
+    stored: HashMap<Part, (i64, Option<i64>)>,
+    /// Partitions whose raw point moved while their offset did not: committed explicitly.
+    metadata_dirty: HashSet<Part>,
+    metadata_sent: Option<Instant>,
     raw_floor: HashMap<Part, i64>,
     /// Partitions paused at the consumer because their replica lane is stuck.
     paused: HashSet<Part>,
@@ -65,6 +111,7 @@ pub(crate) async fn run(
     mut sinks: Sinks,
     mut items: mpsc::Receiver<Item>,
     consumer: Arc<GroupConsumer>,
+    rewinds: Rewinds,
 ) -> anyhow::Result<()> {
     let mut progress = Progress::default();
     let mut tick = tokio::time::interval(TICK);
@@ -72,10 +119,30 @@ pub(crate) async fn run(
     loop {
         let raw_uploading = sinks.raw.as_ref().is_some_and(ParquetWriter::uploading);
         let applying = sinks.replica.as_ref().is_some_and(ReplicaSink::applying);
-        // Backpressure: a stuck replica lane pauses its own partitions; a sink over its whole
-        // bounds stops everything.
-        if let Some(rep) = &sinks.replica {
-            progress.pause_backlogged(&consumer, rep);
+        // Backpressure: a stuck replica lane lets go of its partitions (the raw layer takes
+        // them on; the replica reads them again later) or, with the replica alone, pauses
+        // them; a sink over its whole bounds stops everything.
+        if let Some(rep) = &mut sinks.replica {
+            if sinks.raw.is_some() {
+                let now = rep.detach(&progress.consumed);
+                if !now.is_empty() {
+                    info!(
+                        parts = now.len(),
+                        "a replica lane is stuck: the replica lets go of its partitions, the raw \
+                         layer goes on, and they are read again when the lane moves"
+                    );
+                }
+                let due = rep.rewind_due();
+                if !due.is_empty() {
+                    info!(
+                        parts = due.len(),
+                        "the replica lane moved: reading its partitions again"
+                    );
+                    rewinds.push(due);
+                }
+            } else {
+                progress.pause_backlogged(&consumer, rep);
+            }
         }
         let accept = !(sinks.raw.as_ref().is_some_and(ParquetWriter::over_budget) && raw_uploading
             || sinks.replica.as_ref().is_some_and(ReplicaSink::full) && applying);
@@ -96,6 +163,7 @@ pub(crate) async fn run(
                     raw.poll(now_ms()).await?;
                 }
                 progress.store(&consumer, &sinks);
+                progress.commit_metadata(&consumer, false);
             }
             item = items.recv(), if accept => match item {
                 None | Some(Item::Stop) => break,
@@ -114,6 +182,16 @@ pub(crate) async fn run(
                     }
                     if let (Some(f), Some(rep)) = (replica_floor, &mut sinks.replica) {
                         rep.set_floor(part, f);
+                    }
+                }
+                Some(Item::Rewound(part)) => {
+                    // The raw layer holds what was consumed before the seek.
+                    if let (Some(&next), Some(_)) = (progress.consumed.get(&part), &sinks.raw) {
+                        let floor = progress.raw_floor.entry(part.clone()).or_insert(next);
+                        *floor = (*floor).max(next);
+                    }
+                    if let Some(rep) = &mut sinks.replica {
+                        rep.reattach(&part);
                     }
                 }
                 Some(Item::Revoked(parts)) => {
@@ -141,6 +219,7 @@ pub(crate) async fn run(
         rep.drain().await?;
     }
     progress.store(&consumer, &sinks);
+    progress.commit_metadata(&consumer, true);
     Ok(())
 }
 
@@ -152,6 +231,7 @@ impl Progress {
     fn forget(&mut self, part: &Part, consumer: &GroupConsumer) {
         self.consumed.remove(part);
         self.stored.remove(part);
+        self.metadata_dirty.remove(part);
         self.raw_floor.remove(part);
         // Resumed as it goes, so that if it comes back to this member it is not still paused.
         if self.paused.remove(part) {
@@ -208,28 +288,39 @@ impl Progress {
         self.paused = want;
     }
 
-    /// Stores each partition's watermark where it moved. With the raw layer on, Kafka's
-    /// offset is the raw layer's (its resume point); the replica resumes from its own table.
+    /// Stores each partition's watermark where it moved: the first offset that is not yet
+    /// durable in every sink. With both sinks on and the replica behind, the raw layer's own
+    /// point goes in the metadata, so that a restart from the replica's offset does not
+    /// write the raw layer's files again.
     fn store(&mut self, consumer: &GroupConsumer, sinks: &Sinks) {
         let mut list = TopicPartitionList::new();
         for (part, &next) in &self.consumed {
-            let mark = match (&sinks.raw, &sinks.replica) {
-                (Some(raw), _) => {
-                    let m = raw
-                        .pending_start(&part.0, part.1)
-                        .map_or(next, |p| next.min(p));
-                    self.raw_floor.get(part).map_or(m, |&f| m.max(f))
-                }
-                (None, Some(rep)) => rep.pending_start(part).map_or(next, |p| next.min(p)),
-                (None, None) => next,
+            let raw = sinks.raw.as_ref().map(|raw| {
+                watermark(
+                    next,
+                    self.raw_floor.get(part).copied(),
+                    raw.pending_start(&part.0, part.1),
+                )
+            });
+            let rep = sinks
+                .replica
+                .as_ref()
+                .map(|rep| watermark(next, rep.floor(part), rep.pending_start(part)));
+            let (mark, raw_ahead) = match (raw, rep) {
+                (Some(raw), Some(rep)) if rep < raw => (rep, Some(raw)),
+                (Some(m), _) | (None, Some(m)) => (m, None),
+                (None, None) => (next, None),
             };
-            if self.stored.get(part) != Some(&mark)
-                && list
-                    .add_partition_offset(&part.0, part.1, Offset::Offset(mark))
-                    .is_ok()
-            {
-                self.stored.insert(part.clone(), mark);
+            let before = self.stored.get(part).copied();
+            if before == Some((mark, raw_ahead)) {
+                continue;
             }
+            add_mark(&mut list, part, mark, raw_ahead);
+            // The auto-commit sends metadata only with an offset that moved.
+            if before.is_some_and(|(m, _)| m == mark) {
+                self.metadata_dirty.insert(part.clone());
+            }
+            self.stored.insert(part.clone(), (mark, raw_ahead));
         }
         if list.count() > 0
             && let Err(e) = consumer.store_offsets(&list)
@@ -238,6 +329,55 @@ impl Progress {
             warn!(error = %e, "storing offsets");
         }
     }
+
+    /// Commits the stored offsets of partitions whose raw point alone moved: every
+    /// [`METADATA_EVERY`], or now when `now` (shutdown). Without it a restart would only
+    /// rewrite the same raw files again, so a failure is logged, not fatal.
+    fn commit_metadata(&mut self, consumer: &GroupConsumer, now: bool) {
+        if self.metadata_dirty.is_empty()
+            || !now
+                && self
+                    .metadata_sent
+                    .is_some_and(|t| t.elapsed() < METADATA_EVERY)
+        {
+            return;
+        }
+        let mut list = TopicPartitionList::new();
+        for part in self.metadata_dirty.drain() {
+            let Some(&(mark, raw_ahead)) = self.stored.get(&part) else {
+                continue;
+            };
+            add_mark(&mut list, &part, mark, raw_ahead);
+        }
+        self.metadata_sent = Some(Instant::now());
+        let mode = if now {
+            CommitMode::Sync
+        } else {
+            CommitMode::Async
+        };
+        if list.count() > 0
+            && let Err(e) = consumer.commit(&list, mode)
+        {
+            warn!(error = %e, "committing the raw layer's position");
+        }
+    }
+}
+
+/// Adds a partition's offset, with the raw layer's point as metadata when it is ahead.
+fn add_mark(list: &mut TopicPartitionList, part: &Part, mark: i64, raw_ahead: Option<i64>) {
+    let mut elem = list.add_partition(&part.0, part.1);
+    // Offset::Offset always has a raw form.
+    let _ = elem.set_offset(Offset::Offset(mark));
+    if let Some(r) = raw_ahead {
+        elem.set_metadata(raw_mark_metadata(r));
+    }
+}
+
+/// A sink's first offset not yet durable: below what it holds pending, and never below its
+/// floor (the records under it were durable in it before this run).
+fn watermark(next: i64, floor: Option<i64>, pending: Option<i64>) -> i64 {
+    let next = floor.map_or(next, |f| next.max(f));
+    pending.map_or(next, |p| p.min(next))
 }
 
 async fn write(sinks: &mut Sinks, progress: &Progress, batch: &ChangeBatch) -> anyhow::Result<()> {
@@ -291,5 +431,30 @@ fn uploaded(r: Receipt, progress: &Progress, telemetry: &Telemetry) {
     if !progress.consumed.contains_key(&part) {
         // Revoked meanwhile: the new owner rewrites the same keys; nothing to store here.
         info!(topic = %r.topic, partition = r.partition, "upload of a revoked partition finished");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_raw_mark_round_trips_through_the_metadata() {
+        assert_eq!(parse_raw_mark(&raw_mark_metadata(12_345)), Some(12_345));
+        assert_eq!(parse_raw_mark(""), None, "offsets reset by a tool");
+        assert_eq!(parse_raw_mark("lakesink:raw=x"), None);
+        assert_eq!(parse_raw_mark("someone else's"), None);
+    }
+
+    #[test]
+    fn a_sinks_watermark_is_below_what_it_holds_and_above_its_floor() {
+        assert_eq!(watermark(100, None, None), 100, "everything durable");
+        assert_eq!(watermark(100, None, Some(40)), 40, "40.. pending");
+        assert_eq!(
+            watermark(100, Some(500), None),
+            500,
+            "durable up to its floor"
+        );
+        assert_eq!(watermark(600, Some(500), Some(550)), 550);
     }
 }

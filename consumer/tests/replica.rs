@@ -5,7 +5,9 @@
 
 mod common;
 
-use common::{BASE_TS, Run, assert_exactly_once, expected, replica_next_offset};
+use common::{
+    BASE_TS, Killed, Run, assert_exactly_once, expected, replica_next_offset, replica_pool,
+};
 use lakesink_tests::workload::Table;
 use lakesink_tests::{Stack, unique};
 use std::sync::Arc;
@@ -142,19 +144,7 @@ async fn a_locked_table_holds_back_only_its_own_lane() {
         &format!("topics = [\"{slow}\", \"{fast}\"]"),
     );
     std::fs::write(&run.config, text).expect("config written");
-    let pool = PgPoolOptions::new()
-        .max_connections(2)
-        .connect(&stack.replica_pg_url)
-        .await
-        .expect("replica reachable");
-    // Killed however the test ends: a failed assertion must not leave it running.
-    struct Killed(std::process::Child);
-    impl Drop for Killed {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
+    let pool = replica_pool(&stack).await;
     let mut child = Killed(run.start(None));
     run.wait_for_replica(&pool, &slow, 100).await;
     run.wait_for_replica(&pool, &fast, 100).await;
@@ -186,4 +176,110 @@ async fn a_locked_table_holds_back_only_its_own_lane() {
     let want = expected_table(20_000);
     assert_eq!(replica_state(&stack, &slow).await, want);
     assert_eq!(replica_state(&stack, &fast).await, want);
+}
+
+/// With both sinks, a stuck replica lane does not stop the raw layer: the replica lets go of
+/// the lane's partition and the raw layer takes every record while the table is locked.
+/// Kafka's committed offset stays at the replica's point, with the raw layer's own in its
+/// metadata. Unlocked, the partition is read again for the replica alone; after a crash with
+/// the lane stuck, a restart does the same without writing any raw file a second time.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stuck_replica_lane_lets_the_raw_layer_go_on() {
+    let stack = Stack::from_env();
+    let topic = unique("stuck-both");
+    let table = Arc::new(Table::create(&stack, &topic, 1).await);
+    produce(&stack, &table, 1, 0..100).await;
+    let run = Run::with(
+        stack.clone(),
+        &topic,
+        1,
+        Some("flush-size = 1000\nrotate-interval-ms = 1000"),
+        &format!(
+            "[replica]\nurl = \"{}\"\nbatch-max-rows = 100\npool-size = 1\n",
+            stack.replica_pg_url
+        ),
+    );
+    let pool = replica_pool(&stack).await;
+    let lock = async || {
+        let mut lock = pool.begin().await.expect("begin");
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "LOCK TABLE public.\"{topic}\" IN ACCESS EXCLUSIVE MODE"
+        )))
+        .execute(&mut *lock)
+        .await
+        .expect("lock");
+        lock
+    };
+    // Waits until the raw layer holds `count` records while the replica is behind, as
+    // Kafka's commit says: the replica's offset, the raw layer's in the metadata.
+    let raw_goes_on = async |count: i64| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        let want = format!("lakesink:raw={count}");
+        loop {
+            let committed = run.committed_with_metadata();
+            if let Some((offset, _)) = committed.get(&0).filter(|(_, m)| *m == want) {
+                let replica = replica_next_offset(&pool, &topic).await.expect("offsets");
+                assert!(
+                    *offset <= replica && replica < count,
+                    "Kafka's offset {offset} is the replica's point {replica}"
+                );
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the raw layer never reached {count} while the table was locked \
+                 ({committed:?}); log:\n{}",
+                run.log_tail()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        }
+        let (rows, _) = run.rows().await;
+        assert_eq!(
+            rows.len() as i64,
+            count,
+            "every record in the raw layer, once"
+        );
+    };
+    let child = Killed(run.start(None));
+    run.wait_for_replica(&pool, &topic, 100).await;
+
+    // More than the consumer hands over at a time (16k records) plus the bounds: with the
+    // partition paused instead, the raw layer would stop short of the end.
+    let first = 25_000;
+    let held = lock().await;
+    produce(&stack, &table, 1, 100..first).await;
+    raw_goes_on(first).await;
+    held.commit().await.expect("unlock");
+    run.wait_for_replica(&pool, &topic, first).await;
+    let (rows, _) = run.rows().await;
+    assert_eq!(rows.len() as i64, first, "read again for the replica only");
+
+    // Again, then a crash with the lane still stuck, the table unlocked and a clean run.
+    let count = 2 * first;
+    let held = lock().await;
+    produce(&stack, &table, 1, first..count).await;
+    raw_goes_on(count).await;
+    drop(child);
+    let crashed = chrono::Utc::now();
+    held.commit().await.expect("unlock");
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let (want_rows, end) = expected(1, count);
+    run.run_to_end(&end);
+    assert_eq!(replica_state(&stack, &topic).await, expected_table(count));
+    let (got, _) = run.rows().await;
+    assert_exactly_once(&got, &want_rows);
+    let store = run.store();
+    let prefix = object_store::path::Path::from(format!("{}/topics", run.prefix));
+    let metas: Vec<_> = futures::TryStreamExt::try_collect(store.list(Some(&prefix)))
+        .await
+        .expect("list");
+    let rewritten: Vec<_> = metas
+        .iter()
+        .filter(|m| m.last_modified > crashed)
+        .map(|m| m.location.to_string())
+        .collect();
+    assert!(
+        rewritten.is_empty(),
+        "the restart wrote raw files again: {rewritten:?}"
+    );
 }

@@ -143,13 +143,11 @@ impl Lanes {
         }
     }
 
-    /// Drops a revoked partition's pending batches (not what is in flight).
-    pub(crate) fn revoke(&mut self, part: &Part) {
-        let Some(&index) = self.lane_of.get(part) else {
-            return;
-        };
+    /// Drops a partition's pending batches (not what is in flight), for a revoke or a
+    /// detach; returns the first offset dropped.
+    pub(crate) fn drop_pending(&mut self, part: &Part) -> Option<i64> {
+        let &index = self.lane_of.get(part)?;
         let lane = &mut self.lanes[index];
-        lane.pending_start.remove(part);
         let (rows, bytes) = (&mut lane.rows, &mut lane.bytes);
         lane.pending.retain(|b| {
             let keep = !(*b.topic == *part.0 && b.partition == part.1);
@@ -159,6 +157,14 @@ impl Lanes {
             }
             keep
         });
+        lane.pending_start.remove(part)
+    }
+
+    /// Whether the partition's lane has a transaction in flight.
+    pub(crate) fn running(&self, part: &Part) -> bool {
+        self.lane_of
+            .get(part)
+            .is_some_and(|&l| self.lanes[l].running_since.is_some())
     }
 }
 
@@ -296,7 +302,10 @@ mod tests {
         lanes.push(batch("t", 0, 10..13));
         lanes.push(batch("t", 1, 7..12));
         assert_eq!(lanes.pending().0, 8);
-        lanes.revoke(&("t".to_owned(), 1));
+        let t1 = ("t".to_owned(), 1);
+        assert!(lanes.running(&t1));
+        assert_eq!(lanes.drop_pending(&t1), Some(7), "the first offset dropped");
+        assert_eq!(lanes.drop_pending(&t1), None, "nothing left to drop");
         assert_eq!(lanes.pending().0, 3);
         assert_eq!(
             lanes.start_of(&("t".to_owned(), 1)),
@@ -307,6 +316,7 @@ mod tests {
             lanes.done(index);
         }
         assert_eq!(lanes.start_of(&("t".to_owned(), 1)), None);
+        assert!(!lanes.running(&t1));
         let rest = lanes.take_ready();
         assert_eq!(rest.len(), 1);
         assert_eq!(parts(&rest[0].1), vec![("t".to_owned(), 0, 10)]);

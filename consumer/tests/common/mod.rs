@@ -200,6 +200,14 @@ allow-http = true
     }
 
     pub fn committed(&self) -> BTreeMap<i32, i64> {
+        self.committed_with_metadata()
+            .into_iter()
+            .map(|(p, (o, _))| (p, o))
+            .collect()
+    }
+
+    /// Each partition's committed offset and the metadata committed with it.
+    pub fn committed_with_metadata(&self) -> BTreeMap<i32, (i64, String)> {
         let consumer: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", &self.stack.kafka_brokers)
             .set("group.id", &self.group)
@@ -215,7 +223,7 @@ allow-http = true
         got.elements()
             .iter()
             .filter_map(|e| match e.offset() {
-                Offset::Offset(o) => Some((e.partition(), o)),
+                Offset::Offset(o) => Some((e.partition(), (o, e.metadata().to_owned()))),
                 _ => None,
             })
             .collect()
@@ -286,6 +294,26 @@ impl Run {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
+}
+
+/// A running `lakesink`, killed however the test ends: a failed assertion must not leave it
+/// running.
+pub struct Killed(pub Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A small pool on the replica database, for a test's own queries and locks.
+pub async fn replica_pool(stack: &Stack) -> sqlx::PgPool {
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&stack.replica_pg_url)
+        .await
+        .expect("replica reachable")
 }
 
 /// The replica's next offset for `topic` (its highest over partitions), if it has one.
