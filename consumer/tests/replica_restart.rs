@@ -1,6 +1,7 @@
-//! The replica's PostgreSQL goes down while lakesink applies to it: lakesink retries with
-//! capped backoff without moving offsets, posts one alert and one recovery to the webhook,
-//! and the replica ends equal to what was produced. Its own test binary, so no other test
+//! The replica's PostgreSQL goes down while lakesink applies to it and writes the raw layer:
+//! lakesink retries with capped backoff without moving offsets, posts one alert and one
+//! recovery to the webhook, the raw layer takes every record during the outage, and in the
+//! end the replica equals what was produced and the raw layer holds each record once. Its own test binary, so no other test
 //! uses the replica cluster while it is down.
 
 mod common;
@@ -8,7 +9,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{BASE_TS, Run, Webhook, expected, http_get};
+use common::{BASE_TS, Run, Webhook, assert_exactly_once, expected, http_get};
 use lakesink_tests::workload::Table;
 use lakesink_tests::{Stack, unique};
 use sqlx::postgres::PgPoolOptions;
@@ -67,7 +68,7 @@ async fn a_replica_restart_mid_stream_loses_nothing() {
         stack.clone(),
         &topic,
         partitions,
-        None,
+        Some("flush-size = 2000\nrotate-interval-ms = 1000"),
         &format!(
             "[replica]\nurl = \"{}\"\nbatch-max-rows = 2000\n\n[alerts]\nwebhook-url = \"{}\"\n",
             stack.replica_pg_url, hook.url
@@ -107,14 +108,24 @@ async fn a_replica_restart_mid_stream_loses_nothing() {
     }
     let (status, _) = http_get(run.http, "/ready").await.expect("/ready");
     assert_eq!(status, 503, "not ready while the database is down");
-    // More failed retries while it is down: still one alert.
+    // The backup goes on without the replica: every record reaches the raw layer. Meanwhile
+    // more failed retries, and still one alert.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while (run.rows().await.0.len() as i64) < count {
+        assert!(
+            Instant::now() < deadline,
+            "the raw layer stopped with the replica's database; log:\n{}",
+            run.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     tokio::time::sleep(Duration::from_secs(3)).await;
     drop(down);
     assert!(
         child.try_wait().expect("wait").is_none(),
         "lakesink must ride out the outage, not exit"
     );
-    let (_, end) = expected(partitions, count);
+    let (want_rows, end) = expected(partitions, count);
     let deadline = Instant::now() + Duration::from_secs(120);
     while run.committed() != end {
         assert!(
@@ -160,4 +171,6 @@ async fn a_replica_restart_mid_stream_loses_nothing() {
     let alive: Vec<i64> = (0..count).filter(|i| i % 50 != 49).collect();
     let want: i64 = alive.iter().map(|i| (i % 7 + 1) % 50 + 1).sum();
     assert_eq!((rows, quantity), (alive.len() as i64, want));
+    let (got, _) = run.rows().await;
+    assert_exactly_once(&got, &want_rows);
 }
