@@ -155,10 +155,12 @@ impl Capture {
         let mut seen = vec![0usize; counts.len()];
         let mut out = Vec::with_capacity(total);
         while out.len() < total {
-            let msg = tokio::time::timeout(Duration::from_secs(60), consumer.recv())
+            // Generous: on a stack just started, the group's first join (the offsets topic
+            // being created) and a cold Connect worker take a while.
+            let msg = tokio::time::timeout(Duration::from_secs(120), consumer.recv())
                 .await
                 .unwrap_or_else(|_| {
-                    panic!("{seen:?} of {counts:?} records on {topics:?} within 60 s")
+                    panic!("{seen:?} of {counts:?} records on {topics:?} within 120 s")
                 })
                 .expect("consume");
             if let Some(i) = self.topics.iter().position(|t| t == msg.topic()) {
