@@ -221,6 +221,11 @@ impl ReplicaSink {
         now
     }
 
+    /// How many partitions the replica let go of and has not taken back yet.
+    pub(crate) fn detached(&self) -> usize {
+        self.detached.len()
+    }
+
     /// Detached partitions whose lane has no transaction running any more: read them again
     /// from the offset returned, then [`Self::reattach`].
     pub(crate) fn rewind_due(&mut self) -> Vec<(Part, i64)> {

@@ -143,6 +143,12 @@ pub(crate) async fn run(
             } else {
                 progress.pause_backlogged(&consumer, rep);
             }
+            let stuck = rep.detached() + progress.paused.len();
+            sinks
+                .telemetry
+                .metrics
+                .replica_stuck_partitions
+                .set(stuck as i64);
         }
         let accept = !(sinks.raw.as_ref().is_some_and(ParquetWriter::over_budget) && raw_uploading
             || sinks.replica.as_ref().is_some_and(ReplicaSink::full) && applying);

@@ -6,7 +6,8 @@
 mod common;
 
 use common::{
-    BASE_TS, Killed, Run, assert_exactly_once, expected, replica_next_offset, replica_pool,
+    BASE_TS, Killed, Run, assert_exactly_once, expected, http_get, metric, replica_next_offset,
+    replica_pool,
 };
 use lakesink_tests::workload::Table;
 use lakesink_tests::{Stack, unique};
@@ -210,6 +211,10 @@ async fn a_stuck_replica_lane_lets_the_raw_layer_go_on() {
         .expect("lock");
         lock
     };
+    let stuck_partitions = async || {
+        let (_, text) = http_get(run.http, "/metrics").await.expect("/metrics");
+        metric(&text, "lakesink_replica_stuck_partitions")
+    };
     // Waits until the raw layer holds `count` records while the replica is behind, as
     // Kafka's commit says: the replica's offset, the raw layer's in the metadata.
     let raw_goes_on = async |count: i64| {
@@ -239,6 +244,7 @@ async fn a_stuck_replica_lane_lets_the_raw_layer_go_on() {
             count,
             "every record in the raw layer, once"
         );
+        assert_eq!(stuck_partitions().await, Some(1.0));
     };
     let child = Killed(run.start(None));
     run.wait_for_replica(&pool, &topic, 100).await;
@@ -253,6 +259,7 @@ async fn a_stuck_replica_lane_lets_the_raw_layer_go_on() {
     run.wait_for_replica(&pool, &topic, first).await;
     let (rows, _) = run.rows().await;
     assert_eq!(rows.len() as i64, first, "read again for the replica only");
+    assert_eq!(stuck_partitions().await, Some(0.0), "taken back");
 
     // Again, then a crash with the lane still stuck, the table unlocked and a clean run.
     let count = 2 * first;

@@ -46,6 +46,8 @@ pub(crate) struct Metrics {
     pub(crate) replica_batch_rows: Histogram,
     /// Replica: from the source database's commit (`source.ts_ms`) to the replica's.
     pub(crate) replica_latency_seconds: Histogram,
+    /// Partitions of stuck replica lanes: let go of (read again later) or paused.
+    pub(crate) replica_stuck_partitions: Gauge,
     pub(crate) retries: Family<ComponentLabels, Counter>,
     /// Records copied to the dead-letter topic, by their topic.
     pub(crate) dead_letters: Family<TopicLabels, Counter>,
@@ -109,6 +111,12 @@ impl Metrics {
             Unit::Seconds,
             replica_latency_seconds.clone(),
         );
+        let replica_stuck_partitions = Gauge::default();
+        registry.register(
+            "replica_stuck_partitions",
+            "Partitions of stuck replica lanes, let go of (read again when the lane moves) or paused",
+            replica_stuck_partitions.clone(),
+        );
         let retries = Family::<ComponentLabels, Counter>::default();
         registry.register(
             "retries",
@@ -143,6 +151,7 @@ impl Metrics {
             replica_commit_seconds,
             replica_batch_rows,
             replica_latency_seconds,
+            replica_stuck_partitions,
             retries,
             dead_letters,
             registry_cache_hits,
