@@ -25,7 +25,8 @@ pub use kafka_security::{
 };
 pub use overrides::ENV_PREFIX;
 pub use raw::{
-    Codec, Content, PartitionerKind, RawConfig, StoreConfig, TimestampSource, Tombstones,
+    Codec, Content, DEFAULT_STORE_RETRY_TIMEOUT_MS, PartitionerKind, RawConfig, StoreConfig,
+    TimestampSource, Tombstones,
 };
 pub use replica::{DbUrl, KeylessMode, PkMode, ReplicaConfig, SchemaEvolution, redact_url};
 pub use secrets::SecretRef;

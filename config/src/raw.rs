@@ -101,7 +101,14 @@ pub struct StoreConfig {
     /// Any other `object_store` option (`aws_session_token`, `google_service_account`, …).
     #[serde(default)]
     pub options: BTreeMap<String, Secret>,
+    /// How long one request is retried by the store client before the raw layer counts the
+    /// store as unavailable (it then lets go and probes; see docs/operations.md). Default
+    /// [`DEFAULT_STORE_RETRY_TIMEOUT_MS`].
+    #[serde(default)]
+    pub retry_timeout_ms: Option<u64>,
 }
+
+pub const DEFAULT_STORE_RETRY_TIMEOUT_MS: u64 = 30_000;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -336,7 +336,7 @@ async fn rewind<R: SchemaResolver>(
                 Duration::from_secs(10),
             )
             .with_context(|| format!("seeking {}[{}] back to {from}", part.0, part.1))?;
-        send(tx, Item::Rewound(part)).await?;
+        send(tx, Item::Rewound(part, from)).await?;
     }
     Ok(())
 }

@@ -241,12 +241,23 @@ impl ReplicaSink {
         due
     }
 
-    /// The consumer was sought back for a detached partition: take its records again.
-    pub(crate) fn reattach(&mut self, part: &Part) {
+    /// The consumer was sought back to `from` for `part`; `before` is what was consumed
+    /// before. Detached from `from` or later: the replica takes its records again. Detached
+    /// earlier: it waits for a seek of its own ([`Self::rewind_due`]). Not detached: it skips
+    /// what it had received.
+    pub(crate) fn rewound(&mut self, part: &Part, from: i64, before: Option<i64>) {
         self.rewinding.remove(part);
-        if let Some(from) = self.detached.remove(part) {
-            let floor = self.floor.entry(part.clone()).or_insert(from);
-            *floor = (*floor).max(from);
+        let floor = match self.detached.get(part).copied() {
+            Some(r) if r >= from => {
+                self.detached.remove(part);
+                Some(r)
+            }
+            Some(_) => None,
+            None => before,
+        };
+        if let Some(f) = floor {
+            let floor = self.floor.entry(part.clone()).or_insert(f);
+            *floor = (*floor).max(f);
         }
     }
 

@@ -16,6 +16,9 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use crate::kafka::GroupConsumer;
+use raw_outage::RawOutage;
+
+mod raw_outage;
 use crate::replica::{ReplicaSink, skip_below};
 use crate::telemetry::Telemetry;
 use crate::telemetry::metrics::SinkTopicLabels;
@@ -66,16 +69,16 @@ pub(crate) enum Item {
         replica_floor: Option<i64>,
     },
     Revoked(Vec<Part>),
-    /// The consumer was sought back for a partition in [`Rewinds`]: what follows it was read
-    /// again.
-    Rewound(Part),
+    /// The consumer was sought back for a partition in [`Rewinds`], to this offset: what
+    /// follows was read again.
+    Rewound(Part, i64),
     /// Shut down: close files, wait for uploads and the last transaction, store offsets.
     Stop,
 }
 
 /// Partitions the sink side asks to be read again from an offset (a detached replica lane
-/// that moved again). The consuming side hands over what it holds, seeks, and answers with
-/// [`Item::Rewound`].
+/// that moved again, the object store back after an outage). The consuming side hands over
+/// what it holds, seeks, and answers with [`Item::Rewound`].
 #[derive(Clone, Default)]
 pub(crate) struct Rewinds(Arc<Mutex<Vec<(Part, i64)>>>);
 
@@ -105,6 +108,7 @@ struct Progress {
     raw_floor: HashMap<Part, i64>,
     /// Partitions paused at the consumer because their replica lane is stuck.
     paused: HashSet<Part>,
+    raw_out: RawOutage,
 }
 
 pub(crate) async fn run(
@@ -154,8 +158,14 @@ pub(crate) async fn run(
             || sinks.replica.as_ref().is_some_and(ReplicaSink::full) && applying);
         tokio::select! {
             Some(r) = next_receipt(&mut sinks.raw), if raw_uploading => {
-                uploaded(r?, &progress, &sinks.telemetry);
+                match r {
+                    Ok(r) => uploaded(r, &progress, &sinks.telemetry),
+                    Err(e) => progress.raw_failed(&mut sinks, e)?,
+                }
                 progress.store(&consumer, &sinks);
+            }
+            due = progress.raw_out.probed(&sinks.telemetry), if progress.raw_out.probing() => {
+                rewinds.push(due);
             }
             done = finish_apply(&mut sinks.replica), if applying => {
                 done?;
@@ -165,8 +175,13 @@ pub(crate) async fn run(
                 progress.store(&consumer, &sinks);
             }
             _ = tick.tick() => {
-                if let Some(raw) = &mut sinks.raw {
-                    raw.poll(now_ms()).await?;
+                if let Some(raw) = &mut sinks.raw
+                    && let Err(e) = raw.poll(now_ms()).await
+                {
+                    progress.raw_failed(&mut sinks, e)?;
+                }
+                if let Some(raw) = &sinks.raw {
+                    progress.raw_out.probe_if_due(raw);
                 }
                 progress.store(&consumer, &sinks);
                 progress.commit_metadata(&consumer, false);
@@ -175,7 +190,7 @@ pub(crate) async fn run(
                 None | Some(Item::Stop) => break,
                 Some(Item::Batches { batches, consumed }) => {
                     for batch in &batches {
-                        write(&mut sinks, &progress, batch).await?;
+                        write(&mut sinks, &mut progress, batch).await?;
                     }
                     progress.consumed.extend(consumed);
                     if let Some(rep) = &mut sinks.replica {
@@ -190,14 +205,14 @@ pub(crate) async fn run(
                         rep.set_floor(part, f);
                     }
                 }
-                Some(Item::Rewound(part)) => {
-                    // The raw layer holds what was consumed before the seek.
-                    if let (Some(&next), Some(_)) = (progress.consumed.get(&part), &sinks.raw) {
-                        let floor = progress.raw_floor.entry(part.clone()).or_insert(next);
-                        *floor = (*floor).max(next);
+                Some(Item::Rewound(part, from)) => {
+                    // What was consumed before the seek: a sink that was not out has it.
+                    let before = progress.consumed.get(&part).copied();
+                    if sinks.raw.is_some() {
+                        progress.raw_rewound(&part, from, before, &rewinds);
                     }
                     if let Some(rep) = &mut sinks.replica {
-                        rep.reattach(&part);
+                        rep.rewound(&part, from, before);
                     }
                 }
                 Some(Item::Revoked(parts)) => {
@@ -234,11 +249,39 @@ fn now_ms() -> i64 {
 }
 
 impl Progress {
+    /// A raw-layer error: the raw layer lets go while the store is unavailable (see
+    /// [`RawOutage`]); any other error stops the run.
+    fn raw_failed(&mut self, sinks: &mut Sinks, e: RawError) -> anyhow::Result<()> {
+        let Some(raw) = &mut sinks.raw else {
+            return Err(e.into());
+        };
+        self.raw_out.failed(raw, e, &sinks.telemetry)
+    }
+
+    /// The raw layer's side of a seek back to `from`; `before` is what was consumed before
+    /// it.
+    fn raw_rewound(&mut self, part: &Part, from: i64, before: Option<i64>, rewinds: &Rewinds) {
+        let floor = match self.raw_out.rewound(part, from) {
+            raw_outage::Rewound::Taken(r) => Some(r),
+            raw_outage::Rewound::Again(r) => {
+                rewinds.push(vec![(part.clone(), r)]);
+                None
+            }
+            raw_outage::Rewound::Waiting => None,
+            raw_outage::Rewound::NotOut => before,
+        };
+        if let Some(f) = floor {
+            let floor = self.raw_floor.entry(part.clone()).or_insert(f);
+            *floor = (*floor).max(f);
+        }
+    }
+
     fn forget(&mut self, part: &Part, consumer: &GroupConsumer) {
         self.consumed.remove(part);
         self.stored.remove(part);
         self.metadata_dirty.remove(part);
         self.raw_floor.remove(part);
+        self.raw_out.forget(part);
         // Resumed as it goes, so that if it comes back to this member it is not still paused.
         if self.paused.remove(part) {
             let mut l = TopicPartitionList::new();
@@ -302,11 +345,12 @@ impl Progress {
         let mut list = TopicPartitionList::new();
         for (part, &next) in &self.consumed {
             let raw = sinks.raw.as_ref().map(|raw| {
-                watermark(
+                let mark = watermark(
                     next,
                     self.raw_floor.get(part).copied(),
                     raw.pending_start(&part.0, part.1),
-                )
+                );
+                self.raw_out.point(part).map_or(mark, |p| p.min(mark))
             });
             let rep = sinks
                 .replica
@@ -386,18 +430,27 @@ fn watermark(next: i64, floor: Option<i64>, pending: Option<i64>) -> i64 {
     pending.map_or(next, |p| p.min(next))
 }
 
-async fn write(sinks: &mut Sinks, progress: &Progress, batch: &ChangeBatch) -> anyhow::Result<()> {
-    if let Some(raw) = &mut sinks.raw {
-        let floor = progress
-            .raw_floor
-            .get(&(batch.topic.to_string(), batch.partition));
-        match floor {
-            Some(&f) if batch.first_offset < f => {
-                if let Some(rest) = skip_below(batch, f) {
-                    raw.write(&rest, now_ms()).await?;
-                }
+async fn write(
+    sinks: &mut Sinks,
+    progress: &mut Progress,
+    batch: &ChangeBatch,
+) -> anyhow::Result<()> {
+    if sinks.raw.is_some() {
+        let part = (batch.topic.to_string(), batch.partition);
+        let floor = progress.raw_floor.get(&part).copied();
+        let rest = match floor {
+            Some(f) if batch.first_offset < f => skip_below(batch, f),
+            _ => Some(batch.clone()),
+        };
+        if let Some(rest) = rest {
+            if !progress.raw_out.taking(&part) {
+                progress.raw_out.missed(&part, rest.first_offset);
+            } else if let Some(raw) = &mut sinks.raw
+                && let Err(e) = raw.write(&rest, now_ms()).await
+            {
+                progress.raw_out.missed(&part, rest.first_offset);
+                progress.raw_failed(sinks, e)?;
             }
-            _ => raw.write(batch, now_ms()).await?,
         }
     }
     if let Some(rep) = &mut sinks.replica {

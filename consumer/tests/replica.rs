@@ -6,21 +6,14 @@
 mod common;
 
 use common::{
-    BASE_TS, Killed, Run, assert_exactly_once, expected, http_get, metric, replica_next_offset,
-    replica_pool,
+    Killed, Run, assert_exactly_once, expected, http_get, metric, produce_range,
+    replica_next_offset, replica_pool,
 };
 use lakesink_tests::workload::Table;
 use lakesink_tests::{Stack, unique};
 use std::sync::Arc;
 
 use sqlx::postgres::PgPoolOptions;
-
-async fn produce(stack: &Stack, table: &Arc<Table>, partitions: i32, ids: std::ops::Range<i64>) {
-    let (s, t) = (stack.clone(), table.clone());
-    tokio::task::spawn_blocking(move || t.produce_range(&s, partitions, ids, BASE_TS))
-        .await
-        .expect("produce");
-}
 
 /// The replica section: one table per topic (the default `${topic}` template).
 fn replica(stack: &Stack) -> String {
@@ -81,7 +74,7 @@ async fn both_sinks_end_exact_across_crashes_in_the_replica_and_the_raw_layer() 
     ];
     let chunk = 1_000;
     for (i, failpoint) in failpoints.iter().enumerate() {
-        produce(
+        produce_range(
             &stack,
             &table,
             partitions,
@@ -105,9 +98,9 @@ async fn the_replica_alone_resumes_from_its_own_offsets() {
     let partitions = 3;
     let table = Arc::new(Table::create(&stack, &topic, partitions).await);
     let run = Run::with(stack.clone(), &topic, partitions, None, &replica(&stack));
-    produce(&stack, &table, partitions, 0..1_500).await;
+    produce_range(&stack, &table, partitions, 0..1_500).await;
     run.crash_at("replica.after-commit");
-    produce(&stack, &table, partitions, 1_500..3_000).await;
+    produce_range(&stack, &table, partitions, 1_500..3_000).await;
     run.crash_at("replica.before-commit");
     let count = 3_000;
     let (_, end) = expected(partitions, count);
@@ -124,8 +117,8 @@ async fn a_locked_table_holds_back_only_its_own_lane() {
     let (slow, fast) = (unique("slow-lane"), unique("fast-lane"));
     let slow_t = Arc::new(Table::create(&stack, &slow, 1).await);
     let fast_t = Arc::new(Table::create(&stack, &fast, 1).await);
-    produce(&stack, &slow_t, 1, 0..100).await;
-    produce(&stack, &fast_t, 1, 0..100).await;
+    produce_range(&stack, &slow_t, 1, 0..100).await;
+    produce_range(&stack, &fast_t, 1, 0..100).await;
     // Two lanes, and a bound small enough that the locked table's backlog would stop
     // everything if the whole consumer paused (the consumer hands over up to 16k records at
     // a time, so the stream must be longer than that).
@@ -158,9 +151,9 @@ async fn a_locked_table_holds_back_only_its_own_lane() {
     .await
     .expect("lock");
     // The locked table's records first, so that its backlog builds before the others come.
-    produce(&stack, &slow_t, 1, 100..20_000).await;
+    produce_range(&stack, &slow_t, 1, 100..20_000).await;
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-    produce(&stack, &fast_t, 1, 100..20_000).await;
+    produce_range(&stack, &fast_t, 1, 100..20_000).await;
     run.wait_for_replica(&pool, &fast, 20_000).await;
     assert!(
         replica_next_offset(&pool, &slow).await < Some(20_000),
@@ -189,7 +182,7 @@ async fn a_stuck_replica_lane_lets_the_raw_layer_go_on() {
     let stack = Stack::from_env();
     let topic = unique("stuck-both");
     let table = Arc::new(Table::create(&stack, &topic, 1).await);
-    produce(&stack, &table, 1, 0..100).await;
+    produce_range(&stack, &table, 1, 0..100).await;
     let run = Run::with(
         stack.clone(),
         &topic,
@@ -253,7 +246,7 @@ async fn a_stuck_replica_lane_lets_the_raw_layer_go_on() {
     // partition paused instead, the raw layer would stop short of the end.
     let first = 25_000;
     let held = lock().await;
-    produce(&stack, &table, 1, 100..first).await;
+    produce_range(&stack, &table, 1, 100..first).await;
     raw_goes_on(first).await;
     held.commit().await.expect("unlock");
     run.wait_for_replica(&pool, &topic, first).await;
@@ -264,7 +257,7 @@ async fn a_stuck_replica_lane_lets_the_raw_layer_go_on() {
     // Again, then a crash with the lane still stuck, the table unlocked and a clean run.
     let count = 2 * first;
     let held = lock().await;
-    produce(&stack, &table, 1, first..count).await;
+    produce_range(&stack, &table, 1, first..count).await;
     raw_goes_on(count).await;
     drop(child);
     let crashed = chrono::Utc::now();

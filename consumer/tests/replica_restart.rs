@@ -9,10 +9,12 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{BASE_TS, Run, Webhook, assert_exactly_once, expected, http_get};
+use common::{
+    Run, Webhook, assert_exactly_once, assert_replica_table, expected, http_get, produce_range,
+    replica_pool, stop_cleanly,
+};
 use lakesink_tests::workload::Table;
 use lakesink_tests::{Stack, unique};
-use sqlx::postgres::PgPoolOptions;
 
 fn replica_cluster(action: &str) {
     let mut cmd = Command::new("pg_ctlcluster");
@@ -56,12 +58,7 @@ async fn a_replica_restart_mid_stream_loses_nothing() {
     let topic = unique("replica-restart");
     let (partitions, count) = (2, 40_000);
     let table = std::sync::Arc::new(Table::create(&stack, &topic, partitions).await);
-    let produce = async |ids: std::ops::Range<i64>| {
-        let (s, t) = (stack.clone(), table.clone());
-        tokio::task::spawn_blocking(move || t.produce_range(&s, partitions, ids, BASE_TS))
-            .await
-            .expect("produce");
-    };
+    let produce = async |ids| produce_range(&stack, &table, partitions, ids).await;
     produce(0..count / 2).await;
     let hook = Webhook::start().await;
     let run = Run::with(
@@ -151,26 +148,9 @@ async fn a_replica_restart_mid_stream_loses_nothing() {
         hook.alerts(),
         vec![database("failing"), database("recovered")]
     );
-    Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(child.wait().expect("wait").success());
-
-    let pool = PgPoolOptions::new()
-        .max_connections(1)
-        .connect(&stack.replica_pg_url)
-        .await
-        .expect("replica reachable");
-    let (rows, quantity): (i64, i64) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT count(*), sum(quantity)::bigint FROM public.\"{topic}\""
-    )))
-    .fetch_one(&pool)
-    .await
-    .expect("replica table");
-    let alive: Vec<i64> = (0..count).filter(|i| i % 50 != 49).collect();
-    let want: i64 = alive.iter().map(|i| (i % 7 + 1) % 50 + 1).sum();
-    assert_eq!((rows, quantity), (alive.len() as i64, want));
+    stop_cleanly(&mut child);
+    let pool = replica_pool(&stack).await;
+    assert_replica_table(&pool, &topic, count).await;
     let (got, _) = run.rows().await;
     assert_exactly_once(&got, &want_rows);
 }

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type};
 use futures::TryStreamExt;
+use lakesink_tests::workload::Table;
 use lakesink_tests::{Stack, unique};
 use object_store::aws::AmazonS3Builder;
 use object_store::path::Path;
@@ -187,16 +188,7 @@ allow-http = true
             }
             std::thread::sleep(Duration::from_millis(250));
         }
-        let pid = child.id().to_string();
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("kill");
-        let status = child.wait().expect("wait");
-        assert!(
-            status.success(),
-            "lakesink stops cleanly on SIGTERM: {status}"
-        );
+        stop_cleanly(&mut child);
     }
 
     pub fn committed(&self) -> BTreeMap<i32, i64> {
@@ -448,4 +440,44 @@ impl Webhook {
             })
             .collect()
     }
+}
+
+/// Produces the workload's events for `ids` (see [`Table::produce_range`]).
+pub async fn produce_range(
+    stack: &Stack,
+    table: &Arc<Table>,
+    partitions: i32,
+    ids: std::ops::Range<i64>,
+) {
+    let (s, t) = (stack.clone(), table.clone());
+    tokio::task::spawn_blocking(move || t.produce_range(&s, partitions, ids, BASE_TS))
+        .await
+        .expect("produce");
+}
+
+/// Asserts that the replica's table for `topic` holds what the workload's first `count`
+/// events leave: every row but each 50th (deleted), with its last quantity.
+pub async fn assert_replica_table(pool: &sqlx::PgPool, topic: &str, count: i64) {
+    let (rows, quantity): (i64, i64) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*), coalesce(sum(quantity), 0)::bigint FROM public.\"{topic}\""
+    )))
+    .fetch_one(pool)
+    .await
+    .expect("replica table");
+    let alive: Vec<i64> = (0..count).filter(|i| i % 50 != 49).collect();
+    let want: i64 = alive.iter().map(|i| (i % 7 + 1) % 50 + 1).sum();
+    assert_eq!((rows, quantity), (alive.len() as i64, want));
+}
+
+/// SIGTERM, and a clean exit.
+pub fn stop_cleanly(child: &mut Child) {
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    let status = child.wait().expect("wait");
+    assert!(
+        status.success(),
+        "lakesink stops cleanly on SIGTERM: {status}"
+    );
 }

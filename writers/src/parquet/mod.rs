@@ -27,8 +27,8 @@ use arrow_array::types::Int64Type;
 use arrow_array::{RecordBatch, UInt32Array};
 use lakesink_config::{Codec, PartitionerKind, RawConfig, Tombstones};
 use lakesink_schema_registry::ChangeBatch;
-use object_store::ObjectStore;
 use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::basic::{Compression, GzipLevel, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use tokio::sync::Semaphore;
@@ -88,6 +88,8 @@ pub enum RawError {
     },
     #[error("raw layer: upload task failed: {0}")]
     Task(String),
+    #[error("raw layer: object store unavailable: {0}")]
+    Unavailable(String),
 }
 
 impl RawError {
@@ -96,6 +98,7 @@ impl RawError {
         matches!(
             self,
             Self::Marker { .. }
+                | Self::Unavailable(_)
                 | Self::File {
                     source: FileError::Store(_),
                     ..
@@ -428,6 +431,62 @@ impl ParquetWriter {
             for f in seg.files {
                 f.abandon();
             }
+        }
+    }
+
+    /// Lets go of everything not yet durable, after the store failed: open segments are
+    /// abandoned and uploads stopped (a multipart upload stopped midway is left to the bucket's
+    /// lifecycle rules). Returns, per partition that held anything, the first offset not
+    /// durable: the caller reads those partitions again from there once [`Self::probe`]
+    /// succeeds, and the earlier runs' markers make the same cuts, so no file is duplicated.
+    pub fn abandon_all(&mut self) -> Vec<((Arc<str>, i32), i64)> {
+        let mut points = Vec::new();
+        for (key, st) in self.parts.drain() {
+            let open = st.segment.as_ref().filter(|s| s.rows > 0).map(|s| s.start);
+            let start = match (open, st.uploading.first().copied()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            if let Some(seg) = st.segment {
+                for f in seg.files {
+                    f.abandon();
+                }
+            }
+            if let Some(start) = start {
+                points.push((key, start));
+            }
+        }
+        self.open_memory = 0;
+        // Dropping the set aborts the uploads (and frees their permits).
+        self.uploads = JoinSet::new();
+        self.uploading_bytes.store(0, Ordering::Relaxed);
+        points
+    }
+
+    /// Whether the store takes writes again: a small object written and deleted under the
+    /// marker prefix. Runs apart from the writer, so a slow store does not hold it.
+    pub fn probe(
+        &self,
+    ) -> impl std::future::Future<Output = Result<(), RawError>> + Send + 'static {
+        let store = self.s.store.clone();
+        let key = Path::from(format!(
+            "{}/probe-{}",
+            [self.s.prefix.as_str(), self.s.marker_prefix.as_str()]
+                .iter()
+                .map(|p| p.trim_matches('/'))
+                .filter(|p| !p.is_empty())
+                .collect::<Vec<_>>()
+                .join("/"),
+            std::process::id()
+        ));
+        async move {
+            let fail = |e: object_store::Error| RawError::Unavailable(format!("{key}: {e}"));
+            store
+                .put(&key, bytes::Bytes::from_static(b"lakesink").into())
+                .await
+                .map_err(fail)?;
+            store.delete(&key).await.map_err(fail)?;
+            Ok(())
         }
     }
 

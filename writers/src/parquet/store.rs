@@ -18,12 +18,21 @@ pub fn open(url: &str, config: &StoreConfig) -> Result<(Arc<dyn ObjectStore>, St
         .ok_or_else(|| format!("{url:?} is not a URL (s3://bucket/prefix, file:///dir)"))?;
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
     let bad = |e: object_store::Error| format!("object store {url}: {e}");
+    let retry = object_store::RetryConfig {
+        retry_timeout: std::time::Duration::from_millis(
+            config
+                .retry_timeout_ms
+                .unwrap_or(lakesink_config::DEFAULT_STORE_RETRY_TIMEOUT_MS),
+        ),
+        ..Default::default()
+    };
     let store: Arc<dyn ObjectStore> = match scheme {
         "s3" | "s3a" => {
             let mut b = AmazonS3Builder::from_env()
                 .with_bucket_name(bucket)
                 .with_allow_http(config.allow_http)
-                .with_virtual_hosted_style_request(config.virtual_hosted);
+                .with_virtual_hosted_style_request(config.virtual_hosted)
+                .with_retry(retry);
             if let Some(e) = &config.endpoint {
                 b = b.with_endpoint(e);
             }
@@ -42,14 +51,18 @@ pub fn open(url: &str, config: &StoreConfig) -> Result<(Arc<dyn ObjectStore>, St
             Arc::new(b.build().map_err(bad)?)
         }
         "gs" => {
-            let mut b = GoogleCloudStorageBuilder::from_env().with_bucket_name(bucket);
+            let mut b = GoogleCloudStorageBuilder::from_env()
+                .with_bucket_name(bucket)
+                .with_retry(retry);
             for (k, v) in &config.options {
                 b = b.with_config(k.parse().map_err(bad)?, v.expose());
             }
             Arc::new(b.build().map_err(bad)?)
         }
         "az" | "abfs" | "abfss" => {
-            let mut b = MicrosoftAzureBuilder::from_env().with_url(url);
+            let mut b = MicrosoftAzureBuilder::from_env()
+                .with_url(url)
+                .with_retry(retry);
             for (k, v) in &config.options {
                 b = b.with_config(k.parse().map_err(bad)?, v.expose());
             }

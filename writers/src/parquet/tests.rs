@@ -319,3 +319,24 @@ async fn interleaved_schema_versions_share_one_file_per_version() {
         ]
     );
 }
+
+#[tokio::test]
+async fn letting_go_returns_each_partitions_first_offset_not_durable() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let mut w = writer(&store, "flush-size = 4");
+    w.write(&batch(0..6, |o| T0 + o), T0).await.expect("write");
+    // 0..4 sealed and uploading (no receipt taken yet), 4..6 open.
+    assert!(w.uploading());
+    assert_eq!(w.pending_start("t", 0), Some(0));
+    let points = w.abandon_all();
+    assert_eq!(points, vec![((Arc::from("t"), 0), 0)]);
+    assert_eq!(w.memory(), 0);
+    assert!(!w.uploading());
+    assert_eq!(w.pending_start("t", 0), None);
+    assert!(w.abandon_all().is_empty(), "nothing held any more");
+    w.probe().await.expect("the store takes writes");
+    // Read again from 0, the same cuts follow.
+    w.write(&batch(0..6, |o| T0 + o), T0).await.expect("write");
+    let r = drain(&mut w).await;
+    assert_eq!((r[0].start, r[0].next_offset), (0, 4));
+}

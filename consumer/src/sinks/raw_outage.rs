@@ -1,0 +1,160 @@
+//! The object store unavailable: the raw layer lets go of what it holds and takes no records,
+//! and the store is probed with capped backoff; once a probe succeeds, the partitions are read
+//! again from the raw layer's own point while the replica skips what it has. An outage of the
+//! backup never stops the replica, and Kafka's offset never passes what the raw layer holds.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use lakesink_writers::parquet::{ParquetWriter, RawError};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use super::Part;
+use crate::telemetry::Telemetry;
+use crate::telemetry::status::{Component, RAW};
+
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+#[derive(Default)]
+pub(super) struct RawOutage {
+    /// Per partition, the first offset the raw layer does not hold since it let go: read
+    /// again from there.
+    resume: HashMap<Part, i64>,
+    down: Option<Down>,
+}
+
+struct Down {
+    backoff: Duration,
+    next_probe: Instant,
+    probe: Option<JoinHandle<Result<(), RawError>>>,
+}
+
+/// What a seek back means for the raw layer.
+pub(super) enum Rewound {
+    /// It takes the partition's records again, from this offset on.
+    Taken(i64),
+    /// It lost records before the seek's offset: it needs a seek of its own, to this offset.
+    Again(i64),
+    /// The store is down again: the next successful probe asks for the seek.
+    Waiting,
+    /// It was not out: it skips what it had received before the seek.
+    NotOut,
+}
+
+impl RawOutage {
+    /// Whether the raw layer takes this partition's records now.
+    pub(super) fn taking(&self, part: &Part) -> bool {
+        self.down.is_none() && !self.resume.contains_key(part)
+    }
+
+    /// Records of `part` from `from` on were not given to the raw layer.
+    pub(super) fn missed(&mut self, part: &Part, from: i64) {
+        let r = self.resume.entry(part.clone()).or_insert(from);
+        *r = (*r).min(from);
+    }
+
+    /// The first offset of `part` the raw layer does not hold, while it is out.
+    pub(super) fn point(&self, part: &Part) -> Option<i64> {
+        self.resume.get(part).copied()
+    }
+
+    /// A store error: lets go of everything the raw layer holds; errors that retrying
+    /// cannot fix are returned.
+    pub(super) fn failed(
+        &mut self,
+        raw: &mut ParquetWriter,
+        e: RawError,
+        telemetry: &Telemetry,
+    ) -> anyhow::Result<()> {
+        if !e.is_retryable() {
+            return Err(e.into());
+        }
+        for ((topic, partition), from) in raw.abandon_all() {
+            self.missed(&(topic.to_string(), partition), from);
+        }
+        warn!(error = %e, "object store unavailable: the raw layer lets go and probes it; \
+            the replica goes on");
+        telemetry.metrics.retry(Component::ObjectStore.as_str());
+        telemetry
+            .status
+            .paused(Some(RAW), Component::ObjectStore, &e.to_string());
+        if self.down.is_none() {
+            self.down = Some(Down {
+                backoff: FIRST_BACKOFF,
+                next_probe: Instant::now() + FIRST_BACKOFF,
+                probe: None,
+            });
+        }
+        Ok(())
+    }
+
+    /// Starts a probe of the store when one is due.
+    pub(super) fn probe_if_due(&mut self, raw: &ParquetWriter) {
+        if let Some(d) = &mut self.down
+            && d.probe.is_none()
+            && Instant::now() >= d.next_probe
+        {
+            d.probe = Some(tokio::spawn(raw.probe()));
+        }
+    }
+
+    pub(super) fn probing(&self) -> bool {
+        self.down.as_ref().is_some_and(|d| d.probe.is_some())
+    }
+
+    /// Waits for the running probe. When the store answers, returns the partitions to read
+    /// again and their offsets; else schedules the next probe.
+    pub(super) async fn probed(&mut self, telemetry: &Telemetry) -> Vec<(Part, i64)> {
+        let Some(d) = &mut self.down else {
+            return Vec::new();
+        };
+        let Some(probe) = &mut d.probe else {
+            return Vec::new();
+        };
+        let result = match probe.await {
+            Ok(r) => r,
+            Err(e) => Err(RawError::Task(e.to_string())),
+        };
+        d.probe = None;
+        match result {
+            Ok(()) => {
+                self.down = None;
+                telemetry.status.resumed(Some(RAW), Component::ObjectStore);
+                info!(
+                    parts = self.resume.len(),
+                    "object store available again: reading \
+                    the raw layer's partitions again from its own offsets"
+                );
+                self.resume.iter().map(|(p, &o)| (p.clone(), o)).collect()
+            }
+            Err(e) => {
+                telemetry.metrics.retry(Component::ObjectStore.as_str());
+                warn!(error = %e, retry_in = ?d.backoff, "object store still unavailable");
+                d.next_probe = Instant::now() + d.backoff;
+                d.backoff = (d.backoff * 2).min(MAX_BACKOFF);
+                Vec::new()
+            }
+        }
+    }
+
+    /// The consumer was sought back to `from` for `part`.
+    pub(super) fn rewound(&mut self, part: &Part, from: i64) -> Rewound {
+        match self.resume.get(part).copied() {
+            None => Rewound::NotOut,
+            // Out again since: it stays out, and is asked for after the next probe.
+            Some(_) if self.down.is_some() => Rewound::Waiting,
+            Some(r) if r >= from => {
+                self.resume.remove(part);
+                Rewound::Taken(r)
+            }
+            Some(r) => Rewound::Again(r),
+        }
+    }
+
+    pub(super) fn forget(&mut self, part: &Part) {
+        self.resume.remove(part);
+    }
+}
