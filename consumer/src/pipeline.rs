@@ -310,7 +310,9 @@ fn seek_target(item: &Item, first: i64) -> Option<i64> {
 }
 
 /// Reads partitions again from the offsets the sinks asked for: what was consumed before goes
-/// to the sinks first, so that [`Item::Rewound`] separates the two readings.
+/// to the sinks first, so that [`Item::Rewound`] separates the two readings. A seek only ever
+/// goes back: when the consumer is not past the offset asked for (two requests, one answered
+/// already), it goes on from where it is, and the sinks are told that point.
 async fn rewind<R: SchemaResolver>(
     consumer: &kafka::GroupConsumer,
     decoder: &mut ChangeDecoder<R>,
@@ -320,9 +322,27 @@ async fn rewind<R: SchemaResolver>(
     due: Vec<(Part, i64)>,
 ) -> anyhow::Result<()> {
     hand_over(decoder, pending, tx, telemetry).await?;
+    // One seek per partition, to the earliest offset asked for.
+    let mut earliest: HashMap<Part, i64> = HashMap::default();
     for (part, from) in due {
+        let e = earliest.entry(part).or_insert(from);
+        *e = (*e).min(from);
+    }
+    let positions = consumer.position().ok();
+    for (part, from) in earliest {
         // Revoked meanwhile: the sinks forgot it, and its new reading starts on its own.
         if !pending.is_started(&part.0, part.1) {
+            continue;
+        }
+        let at = positions
+            .as_ref()
+            .and_then(|l| l.find_partition(&part.0, part.1))
+            .and_then(|e| match e.offset() {
+                Offset::Offset(o) => Some(o),
+                _ => None,
+            });
+        if let Some(at) = at.filter(|&at| at <= from) {
+            send(tx, Item::Rewound(part, at)).await?;
             continue;
         }
         if let Some(h) = &mut pending.headers {

@@ -69,8 +69,8 @@ pub(crate) enum Item {
         replica_floor: Option<i64>,
     },
     Revoked(Vec<Part>),
-    /// The consumer was sought back for a partition in [`Rewinds`], to this offset: what
-    /// follows was read again.
+    /// A partition in [`Rewinds`]: the consumer goes on from this offset (sought back to it,
+    /// or there already); what follows may have been read before.
     Rewound(Part, i64),
     /// Shut down: close files, wait for uploads and the last transaction, store offsets.
     Stop,
