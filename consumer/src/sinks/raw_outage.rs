@@ -158,3 +158,53 @@ impl RawOutage {
         self.resume.remove(part);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(p: i32) -> Part {
+        ("t".to_owned(), p)
+    }
+
+    fn down() -> Down {
+        Down {
+            backoff: FIRST_BACKOFF,
+            next_probe: Instant::now(),
+            probe: None,
+        }
+    }
+
+    #[test]
+    fn a_partition_is_read_again_from_the_first_offset_the_raw_layer_lacks() {
+        let mut out = RawOutage::default();
+        assert!(out.taking(&part(0)));
+        out.down = Some(down());
+        assert!(
+            !out.taking(&part(0)),
+            "nothing is taken while the store is down"
+        );
+        out.missed(&part(0), 120);
+        out.missed(&part(0), 100);
+        out.missed(&part(0), 150);
+        assert_eq!(out.point(&part(0)), Some(100));
+        assert!(matches!(out.rewound(&part(0), 100), Rewound::Waiting));
+        // The store is back: still out until the seek.
+        out.down = None;
+        assert!(!out.taking(&part(0)));
+        assert!(matches!(out.rewound(&part(0), 120), Rewound::Again(100)));
+        assert!(matches!(out.rewound(&part(0), 90), Rewound::Taken(100)));
+        assert!(out.taking(&part(0)));
+        assert_eq!(out.point(&part(0)), None);
+        assert!(matches!(out.rewound(&part(0), 90), Rewound::NotOut));
+    }
+
+    #[test]
+    fn a_revoked_partition_is_forgotten() {
+        let mut out = RawOutage::default();
+        out.missed(&part(1), 7);
+        out.forget(&part(1));
+        assert_eq!(out.point(&part(1)), None);
+        assert!(out.taking(&part(1)));
+    }
+}
