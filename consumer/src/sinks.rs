@@ -5,6 +5,7 @@
 //! along in the commit's metadata ([`raw_mark_metadata`]).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -80,19 +81,34 @@ pub(crate) enum Item {
 /// that moved again, the object store back after an outage). The consuming side hands over
 /// what it holds, seeks, and answers with [`Item::Rewound`].
 #[derive(Clone, Default)]
-pub(crate) struct Rewinds(Arc<Mutex<Vec<(Part, i64)>>>);
+pub(crate) struct Rewinds(Arc<RewindList>);
+
+#[derive(Default)]
+struct RewindList {
+    /// Set while the list is not empty: the consuming side looks at it for every record.
+    any: AtomicBool,
+    list: Mutex<Vec<(Part, i64)>>,
+}
 
 impl Rewinds {
     fn push(&self, due: Vec<(Part, i64)>) {
-        if let Ok(mut v) = self.0.lock() {
+        if let Ok(mut v) = self.0.list.lock() {
             v.extend(due);
+            self.0.any.store(!v.is_empty(), Ordering::Release);
         }
     }
 
     pub(crate) fn take(&self) -> Vec<(Part, i64)> {
+        if !self.0.any.load(Ordering::Acquire) {
+            return Vec::new();
+        }
         self.0
+            .list
             .lock()
-            .map(|mut v| std::mem::take(&mut *v))
+            .map(|mut v| {
+                self.0.any.store(false, Ordering::Release);
+                std::mem::take(&mut *v)
+            })
             .unwrap_or_default()
     }
 }
