@@ -31,6 +31,7 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::basic::{Compression, GzipLevel, ZstdLevel};
 use parquet::file::properties::WriterProperties;
+use parquet::schema::types::ColumnPath;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tracing::{debug, info};
@@ -236,6 +237,10 @@ impl ParquetWriter {
             .set_compression(compression)
             .set_max_row_group_row_count(Some(config.row_group_rows))
             .set_created_by(format!("lakesink {}", env!("CARGO_PKG_VERSION")))
+            // A new value on every row: a dictionary would be built, then dropped at its
+            // size limit.
+            .set_column_dictionary_enabled(ColumnPath::from("__offset"), false)
+            .set_column_dictionary_enabled(ColumnPath::from("__timestamp"), false)
             .build();
         let template =
             KeyTemplate::compile(&config.file_key, &prefix, &config.topics_dir, config.codec)
