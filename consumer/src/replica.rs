@@ -256,8 +256,7 @@ impl ReplicaSink {
             None => before,
         };
         if let Some(f) = floor {
-            let floor = self.floor.entry(part.clone()).or_insert(f);
-            *floor = (*floor).max(f);
+            raise_floor(&mut self.floor, part, f);
         }
     }
 
@@ -382,6 +381,12 @@ impl ReplicaOffsets {
             }
         }
     }
+}
+
+/// Raises a partition's floor to `to` (never lowers it).
+pub(crate) fn raise_floor(floors: &mut HashMap<Part, i64>, part: &Part, to: i64) {
+    let floor = floors.entry(part.clone()).or_insert(to);
+    *floor = (*floor).max(to);
 }
 
 /// The rows of `batch` at or above `floor` (rows are in offset order).

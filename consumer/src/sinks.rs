@@ -20,7 +20,7 @@ use crate::kafka::GroupConsumer;
 use raw_outage::RawOutage;
 
 mod raw_outage;
-use crate::replica::{ReplicaSink, skip_below};
+use crate::replica::{ReplicaSink, raise_floor, skip_below};
 use crate::telemetry::Telemetry;
 use crate::telemetry::metrics::SinkTopicLabels;
 use crate::telemetry::status::RAW;
@@ -139,37 +139,9 @@ pub(crate) async fn run(
     loop {
         let raw_uploading = sinks.raw.as_ref().is_some_and(ParquetWriter::uploading);
         let applying = sinks.replica.as_ref().is_some_and(ReplicaSink::applying);
-        // Backpressure: a stuck replica lane lets go of its partitions (the raw layer takes
-        // them on; the replica reads them again later) or, with the replica alone, pauses
-        // them; a sink over its whole bounds stops everything.
-        if let Some(rep) = &mut sinks.replica {
-            if sinks.raw.is_some() {
-                let now = rep.detach(&progress.consumed);
-                if !now.is_empty() {
-                    info!(
-                        parts = now.len(),
-                        "a replica lane is stuck: the replica lets go of its partitions, the raw \
-                         layer goes on, and they are read again when the lane moves"
-                    );
-                }
-                let due = rep.rewind_due();
-                if !due.is_empty() {
-                    info!(
-                        parts = due.len(),
-                        "the replica lane moved: reading its partitions again"
-                    );
-                    rewinds.push(due);
-                }
-            } else {
-                progress.pause_backlogged(&consumer, rep);
-            }
-            let stuck = rep.detached() + progress.paused.len();
-            sinks
-                .telemetry
-                .metrics
-                .replica_stuck_partitions
-                .set(stuck as i64);
-        }
+        // Backpressure: stuck replica lanes hold back only their own partitions; a sink over
+        // its whole bounds stops everything.
+        progress.stuck_lanes(&mut sinks, &consumer, &rewinds);
         let accept = !(sinks.raw.as_ref().is_some_and(ParquetWriter::over_budget) && raw_uploading
             || sinks.replica.as_ref().is_some_and(ReplicaSink::full) && applying);
         tokio::select! {
@@ -287,8 +259,7 @@ impl Progress {
             raw_outage::Rewound::NotOut => before,
         };
         if let Some(f) = floor {
-            let floor = self.raw_floor.entry(part.clone()).or_insert(f);
-            *floor = (*floor).max(f);
+            raise_floor(&mut self.raw_floor, part, f);
         }
     }
 
@@ -306,6 +277,41 @@ impl Progress {
                 debug!(error = %e, "resuming a revoked partition");
             }
         }
+    }
+
+    /// Stuck replica lanes: with the raw layer on, the replica lets go of their partitions
+    /// (the raw layer takes them on) and asks for them to be read again once the lane moves;
+    /// with the replica alone, they are paused at the consumer.
+    fn stuck_lanes(&mut self, sinks: &mut Sinks, consumer: &GroupConsumer, rewinds: &Rewinds) {
+        let Some(rep) = &mut sinks.replica else {
+            return;
+        };
+        if sinks.raw.is_some() {
+            let now = rep.detach(&self.consumed);
+            if !now.is_empty() {
+                info!(
+                    parts = now.len(),
+                    "a replica lane is stuck: the replica lets go of its partitions, the raw \
+                     layer goes on, and they are read again when the lane moves"
+                );
+            }
+            let due = rep.rewind_due();
+            if !due.is_empty() {
+                info!(
+                    parts = due.len(),
+                    "the replica lane moved: reading its partitions again"
+                );
+                rewinds.push(due);
+            }
+        } else {
+            self.pause_backlogged(consumer, rep);
+        }
+        let stuck = rep.detached() + self.paused.len();
+        sinks
+            .telemetry
+            .metrics
+            .replica_stuck_partitions
+            .set(stuck as i64);
     }
 
     /// Pauses the partitions of stuck replica lanes at the consumer, and resumes those whose
