@@ -144,7 +144,12 @@ pub(crate) fn subscribe(
         // (librdkafka's default is 64 MiB each) so memory does not grow with the partitions.
         .set("max.partition.fetch.bytes", "4194304")
         .set("fetch.max.bytes", "16777216")
-        .set("queued.max.messages.kbytes", "16384");
+        .set("queued.max.messages.kbytes", "16384")
+        // With the prefetch bound that low, a partition's queue is often full, and librdkafka
+        // then waits fetch.queue.backoff.ms (1 s by default) before fetching it again: the
+        // consumer starved for up to a second at a time (replica snapshot 4.2 s against
+        // 3.4 s per million rows).
+        .set("fetch.queue.backoff.ms", "100");
     if telemetry.is_some() {
         // For the lag gauges.
         cc.set("statistics.interval.ms", "5000");

@@ -155,10 +155,10 @@ impl<'a> Enc<'a> {
             (Wire::Int2 | Wire::Int4 | Wire::Int8, _, _) => Enc::Int(a, ints(a)?, wire.clone()),
             (Wire::Float4, _, DataType::Float32) => Enc::F32(a.as_primitive()),
             (Wire::Float8, _, DataType::Float64) => Enc::F64(a.as_primitive()),
-            (Wire::Text, Conv::Decimal, DataType::Decimal128(..) | DataType::Decimal256(..)) => {
+            (Wire::Numeric, Conv::Decimal, DataType::Decimal128(..) | DataType::Decimal256(..)) => {
                 Enc::Decimal(a)
             }
-            (Wire::Text, Conv::VariableScale, DataType::Struct(_)) => {
+            (Wire::Numeric, Conv::VariableScale, DataType::Struct(_)) => {
                 Enc::VariableScale(a.as_struct())
             }
             (Wire::Text, Conv::Bits(n), DataType::Binary) => Enc::Bits(a.as_binary(), *n),
@@ -260,15 +260,23 @@ impl<'a> Enc<'a> {
             Enc::F64(a) => out.extend_from_slice(&a.value(i).to_be_bytes()),
             Enc::Utf8(a) => out.extend_from_slice(a.value(i).as_bytes()),
             Enc::Bin(a) => out.extend_from_slice(a.value(i)),
-            Enc::Decimal(a) => {
-                let text = match a.data_type() {
-                    DataType::Decimal128(..) => {
-                        a.as_primitive::<Decimal128Type>().value_as_string(i)
-                    }
-                    _ => a.as_primitive::<Decimal256Type>().value_as_string(i),
-                };
-                out.extend_from_slice(text.as_bytes());
-            }
+            Enc::Decimal(a) => match a.data_type() {
+                DataType::Decimal128(_, scale) => {
+                    let v = a.as_primitive::<Decimal128Type>().value(i);
+                    let mut digits = [0u8; 39];
+                    let d = ascii_digits(v.unsigned_abs(), &mut digits);
+                    numeric_binary(v < 0, d, i32::from(*scale), out)?;
+                }
+                DataType::Decimal256(_, scale) => {
+                    let text = a.as_primitive::<Decimal256Type>().value(i).to_string();
+                    let (negative, d) = match text.strip_prefix('-') {
+                        Some(d) => (true, d),
+                        None => (false, text.as_str()),
+                    };
+                    numeric_binary(negative, d.as_bytes(), i32::from(*scale), out)?;
+                }
+                _ => return Err("a decimal column that is not Decimal128/256".into()),
+            },
             Enc::VariableScale(s) => {
                 let scale = s
                     .column_by_name("scale")
@@ -278,8 +286,8 @@ impl<'a> Enc<'a> {
                     .column_by_name("value")
                     .and_then(|c| c.as_binary_opt::<i32>())
                     .ok_or("VariableScaleDecimal without a bytes value")?;
-                let text = decimal_text(value.value(i), scale.value(i))?;
-                out.extend_from_slice(text.as_bytes());
+                let (negative, digits) = decimal_digits(value.value(i));
+                numeric_binary(negative, &digits, scale.value(i), out)?;
             }
             Enc::Bits(a, n) => out.extend_from_slice(bit_string(a.value(i), *n).as_bytes()),
             Enc::Date(a) => out.extend_from_slice(&(a.value(i) - PG_EPOCH_DAYS).to_be_bytes()),
@@ -352,8 +360,86 @@ impl<'a> Enc<'a> {
     }
 }
 
-/// A two's-complement big-endian unscaled value and a scale, as decimal text.
-pub(crate) fn decimal_text(bytes: &[u8], scale: i32) -> Result<String, String> {
+/// The decimal digits of `v` (most significant first, none for zero), in `buf`.
+fn ascii_digits(mut v: u128, buf: &mut [u8; 39]) -> &[u8] {
+    let mut at = buf.len();
+    // u64 arithmetic where it fits: u128 division is a library call.
+    while v > u128::from(u64::MAX) {
+        at -= 1;
+        buf[at] = b'0' + (v % 10) as u8;
+        v /= 10;
+    }
+    let mut w = v as u64;
+    while w > 0 {
+        at -= 1;
+        buf[at] = b'0' + (w % 10) as u8;
+        w /= 10;
+    }
+    &buf[at..]
+}
+
+/// PostgreSQL's binary numeric (as `numeric_send` writes it) of the unscaled decimal `digits`
+/// (ASCII, most significant first) times 10^-`scale`: base-10000 digit groups aligned on the
+/// decimal point, the weight of the first, and the display scale.
+pub(crate) fn numeric_binary(
+    negative: bool,
+    digits: &[u8],
+    scale: i32,
+    out: &mut Vec<u8>,
+) -> Result<(), String> {
+    const DSCALE_MAX: i32 = 0x3FFF;
+    let first = digits
+        .iter()
+        .position(|&d| d != b'0')
+        .unwrap_or(digits.len());
+    let digits = &digits[first..];
+    let dscale = scale.max(0);
+    if dscale > DSCALE_MAX {
+        return Err(format!(
+            "decimal scale {scale} exceeds PostgreSQL's numeric"
+        ));
+    }
+    let sign: u16 = if negative && !digits.is_empty() {
+        0x4000
+    } else {
+        0
+    };
+    if digits.is_empty() {
+        for v in [0i16, 0, sign as i16, dscale as i16] {
+            out.extend_from_slice(&v.to_be_bytes());
+        }
+        return Ok(());
+    }
+    let len = digits.len() as i64;
+    let scale = i64::from(scale);
+    // The digit at 10^e, e relative to the decimal point.
+    let at = |e: i64| -> u16 {
+        let i = len - 1 - scale - e;
+        if (0..len).contains(&i) {
+            u16::from(digits[i as usize] - b'0')
+        } else {
+            0
+        }
+    };
+    let (hi, lo) = ((len - 1 - scale).div_euclid(4), (-scale).div_euclid(4));
+    let too_big =
+        || format!("a decimal of {len} digits at scale {scale} is out of PostgreSQL's range");
+    let weight = i16::try_from(hi).map_err(|_| too_big())?;
+    let ndigits = i16::try_from(hi - lo + 1).map_err(|_| too_big())?;
+    for v in [ndigits, weight, sign as i16, dscale as i16] {
+        out.extend_from_slice(&v.to_be_bytes());
+    }
+    for g in (lo..=hi).rev() {
+        let e = 4 * g;
+        let group = at(e + 3) * 1000 + at(e + 2) * 100 + at(e + 1) * 10 + at(e);
+        out.extend_from_slice(&group.to_be_bytes());
+    }
+    Ok(())
+}
+
+/// A two's-complement big-endian integer as its sign and decimal digits (ASCII, most
+/// significant first; none for zero).
+pub(crate) fn decimal_digits(bytes: &[u8]) -> (bool, Vec<u8>) {
     let negative = bytes.first().is_some_and(|b| b & 0x80 != 0);
     let mut mag: Vec<u8> = if negative {
         // Negate: invert and add one.
@@ -379,31 +465,8 @@ pub(crate) fn decimal_text(bytes: &[u8], scale: i32) -> Result<String, String> {
         }
         digits.push(b'0' + rem as u8);
     }
-    if digits.is_empty() {
-        digits.push(b'0');
-    }
     digits.reverse();
-    let mut text = String::from_utf8(digits).map_err(|e| e.to_string())?;
-    if scale < 0 {
-        if text != "0" {
-            text.extend(std::iter::repeat_n('0', scale.unsigned_abs() as usize));
-        }
-    } else if scale > 0 {
-        let scale = scale as usize;
-        if scale > 16_383 {
-            return Err(format!(
-                "decimal scale {scale} exceeds PostgreSQL's numeric"
-            ));
-        }
-        while text.len() <= scale {
-            text.insert(0, '0');
-        }
-        text.insert(text.len() - scale, '.');
-    }
-    if negative {
-        text.insert(0, '-');
-    }
-    Ok(text)
+    (negative, digits)
 }
 
 /// Debezium's little-endian bit bytes (bit i is bit i % 8 of byte i / 8) as a bit string of
@@ -424,15 +487,84 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
+    /// Binary numeric back to text, as `numeric_out` writes it.
+    fn numeric_text(b: &[u8]) -> String {
+        let word = |k: usize| i16::from_be_bytes([b[2 * k], b[2 * k + 1]]);
+        let (n, weight, sign, dscale) = (word(0), word(1), word(2) as u16, word(3));
+        assert_eq!(b.len(), 8 + 2 * n as usize);
+        let group = |g: i16| -> i16 {
+            let k = weight - g; // index into the digit groups
+            if (0..n).contains(&k) {
+                word(4 + k as usize)
+            } else {
+                0
+            }
+        };
+        let mut int: String = (0..=weight.max(0))
+            .rev()
+            .map(|g| format!("{:04}", group(g)))
+            .collect();
+        int = int.trim_start_matches('0').to_owned();
+        if int.is_empty() {
+            int.push('0');
+        }
+        let frac: String = (1..=(dscale + 3) / 4)
+            .map(|g| format!("{:04}", group(-g)))
+            .collect();
+        let mut text = if sign == 0x4000 {
+            format!("-{int}")
+        } else {
+            int
+        };
+        if dscale > 0 {
+            text.push('.');
+            text.push_str(&frac[..dscale as usize]);
+        }
+        text
+    }
+
+    fn numeric(negative: bool, digits: &str, scale: i32) -> String {
+        let mut out = Vec::new();
+        numeric_binary(negative, digits.as_bytes(), scale, &mut out).unwrap();
+        numeric_text(&out)
+    }
+
+    #[test]
+    fn decimals_in_binary_numeric() {
+        assert_eq!(numeric(false, "12345", 2), "123.45");
+        assert_eq!(numeric(true, "12345", 2), "-123.45");
+        assert_eq!(numeric(false, "5", 3), "0.005");
+        assert_eq!(numeric(false, "", 0), "0");
+        assert_eq!(numeric(true, "000", 2), "0.00");
+        assert_eq!(numeric(false, "7", -2), "700");
+        assert_eq!(numeric(false, "123456789", -5), "12345678900000");
+        assert_eq!(numeric(false, "100000000", 4), "10000.0000");
+        assert_eq!(numeric(false, "1", 9), "0.000000001");
+        let max38 = "9".repeat(38);
+        assert_eq!(
+            numeric(true, &max38, 10),
+            format!("-{}.{}", &max38[..28], &max38[28..])
+        );
+        let mut buf = [0u8; 39];
+        assert_eq!(
+            ascii_digits(u128::MAX, &mut buf),
+            u128::MAX.to_string().as_bytes()
+        );
+        assert_eq!(ascii_digits(0, &mut buf), b"");
+        assert!(numeric_binary(false, b"1", 20_000, &mut Vec::new()).is_err());
+    }
+
     #[test]
     fn decimals_from_twos_complement() {
-        assert_eq!(decimal_text(&[0x30, 0x39], 2).unwrap(), "123.45");
-        assert_eq!(decimal_text(&[0xcf, 0xc7], 2).unwrap(), "-123.45");
-        assert_eq!(decimal_text(&[0x05], 3).unwrap(), "0.005");
-        assert_eq!(decimal_text(&[], 0).unwrap(), "0");
-        assert_eq!(decimal_text(&[0x07], -2).unwrap(), "700");
-        assert_eq!(decimal_text(&[0xff], 0).unwrap(), "-1");
-        assert_eq!(decimal_text(&[0x80], 0).unwrap(), "-128");
+        let d = |b: &[u8]| {
+            let (neg, digits) = decimal_digits(b);
+            (neg, String::from_utf8(digits).unwrap())
+        };
+        assert_eq!(d(&[0x30, 0x39]), (false, "12345".into()));
+        assert_eq!(d(&[0xcf, 0xc7]), (true, "12345".into()));
+        assert_eq!(d(&[]), (false, String::new()));
+        assert_eq!(d(&[0xff]), (true, "1".into()));
+        assert_eq!(d(&[0x80]), (true, "128".into()));
     }
 
     #[test]

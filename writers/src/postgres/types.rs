@@ -1,8 +1,8 @@
 //! The Arrow (Debezium) → PostgreSQL type map. `docs/replica.md` has it as a table.
 //!
 //! Each column has a target type (for `CREATE TABLE` / `ADD COLUMN`) and a wire type: what the
-//! binary `COPY` into the staging table carries. Where PostgreSQL's binary format is awkward
-//! (numeric, uuid, json, xml, bit strings) the wire type is `text` and the upsert casts it.
+//! binary `COPY` carries. Where PostgreSQL's binary format is awkward (uuid, json, xml, bit
+//! strings) the wire type is `text` and the upsert casts it from the staging table.
 
 use arrow_schema::{DataType, Field, TimeUnit};
 
@@ -15,6 +15,7 @@ pub(crate) enum Wire {
     Int8,
     Float4,
     Float8,
+    Numeric,
     Text,
     Bytea,
     Date,
@@ -43,6 +44,7 @@ impl Wire {
             Wire::Int8 => "bigint",
             Wire::Float4 => "real",
             Wire::Float8 => "double precision",
+            Wire::Numeric => "numeric",
             Wire::Text => "text",
             Wire::Bytea => "bytea",
             Wire::Date => "date",
@@ -53,6 +55,21 @@ impl Wire {
             Wire::Point => "point",
             Wire::Array(_) => "",
         }
+    }
+
+    /// Whether a column of type `target` (as `format_type` or our DDL spells it) takes this
+    /// wire value in binary COPY exactly as the staging path's cast would: the same type, where
+    /// the receive function applies the column's typmod as the cast does.
+    pub(crate) fn fits(&self, target: &str) -> bool {
+        let alias = match self {
+            Wire::Array(e) => return target.strip_suffix("[]").is_some_and(|t| e.fits(t)),
+            Wire::Numeric => return target == "numeric" || target.starts_with("numeric("),
+            Wire::Time => "time without time zone",
+            Wire::Timestamp => "timestamp without time zone",
+            Wire::Timestamptz => "timestamp with time zone",
+            _ => "",
+        };
+        target == self.scalar_sql() || target == alias
     }
 
     /// The element type's OID, for binary arrays.
@@ -67,6 +84,7 @@ impl Wire {
             Wire::Point => 600,
             Wire::Float4 => 700,
             Wire::Float8 => 701,
+            Wire::Numeric => 1700,
             Wire::Date => 1082,
             Wire::Time => 1083,
             Wire::Timestamp => 1114,
@@ -143,7 +161,7 @@ pub(crate) fn column_type(field: &Field) -> Result<ColumnType, String> {
             Some(("bit varying", Conv::Bits(len)))
         }
         (Some("io.debezium.data.VariableScaleDecimal"), DataType::Struct(_)) => {
-            Some(("numeric", Conv::VariableScale))
+            return Ok(C::new("numeric", Wire::Numeric, Conv::VariableScale));
         }
         _ => None,
     };
@@ -165,7 +183,7 @@ pub(crate) fn column_type(field: &Field) -> Result<ColumnType, String> {
             } else {
                 format!("numeric({p},{s})")
             };
-            C::new(ddl, Wire::Text, Conv::Decimal)
+            C::new(ddl, Wire::Numeric, Conv::Decimal)
         }
         DataType::Date32 => C::new("date", Wire::Date, Conv::Plain),
         DataType::Time32(TimeUnit::Millisecond) | DataType::Time64(_) => {
