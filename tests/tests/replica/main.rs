@@ -1,6 +1,7 @@
 //! The PostgreSQL replica against the real replica database: hand-built change batches
 //! (`hand`), and real Debezium on the source database compared row for row (`e2e`).
 
+mod decimals;
 mod e2e;
 mod failure;
 mod hand;
