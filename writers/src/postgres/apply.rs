@@ -246,24 +246,14 @@ pub(crate) async fn apply_table(
                 .await
                 .map_err(db(&work.at))?;
         }
-        let mut copy = conn.copy_in_raw(&sql).await.map_err(db(&work.at))?;
-        let mut buf = CopyBuf::new();
-        for row in rows.iter().filter(|r| r.grp == g + 1) {
+        let members = rows.iter().filter(|r| r.grp == g + 1);
+        let copied = copy_rows(conn, &sql, members, |buf, row| {
             buf.row(nfields);
             buf.buf.extend_from_slice(row.key);
-            if let Err(e) = write(&mut buf, row, false) {
-                let _ = copy.abort("lakesink: bad row").await;
-                return Err(e);
-            }
-            if buf.buf.len() >= CHUNK {
-                copy.send(std::mem::take(&mut buf.buf))
-                    .await
-                    .map_err(db(&work.at))?;
-            }
-        }
-        copy.send(buf.finish()).await.map_err(db(&work.at))?;
-        match copy.finish().await {
-            Ok(_) => {
+            write(buf, row, false)
+        });
+        match copied.await {
+            Ok(()) => {
                 if fresh {
                     savepoint(conn, "RELEASE SAVEPOINT lakesink_fresh")
                         .await
@@ -271,14 +261,14 @@ pub(crate) async fn apply_table(
                 }
                 done[g] = true;
             }
-            Err(e) if fresh && is_unique_violation(&e) => {
+            Err(CopyError::Db(e)) if fresh && is_unique_violation(&e) => {
                 savepoint(conn, "ROLLBACK TO SAVEPOINT lakesink_fresh")
                     .await
                     .map_err(db(&work.at))?;
                 conflicted[g] = true;
                 counts.fresh_conflict = true;
             }
-            Err(e) => return Err(db(&work.at)(e)),
+            Err(e) => return Err(e.at(&work.at)),
         }
     }
     let staged = |r: &&Row<'_>| r.grp == 0 || !done[r.grp - 1];
@@ -304,32 +294,19 @@ pub(crate) async fn apply_table(
     .await
     .map_err(db(&work.at))?;
     let nfields = 1 + work.pk.len() + ncols;
-    let mut copy = conn
-        .copy_in_raw(&format!("COPY {stage} FROM STDIN (FORMAT binary)"))
-        .await
-        .map_err(db(&work.at))?;
-    let mut buf = CopyBuf::new();
-    let mut any_delete = false;
-    for row in rows.iter().filter(staged) {
-        any_delete |= row.grp == 0;
+    let sql = format!("COPY {stage} FROM STDIN (FORMAT binary)");
+    copy_rows(conn, &sql, rows.iter().filter(staged), |buf, row| {
         buf.row(nfields);
         let grp = i32::try_from(row.grp).unwrap_or(i32::MAX);
         buf.buf.extend_from_slice(&4i32.to_be_bytes());
         buf.buf.extend_from_slice(&grp.to_be_bytes());
         buf.buf.extend_from_slice(row.key);
-        if let Err(e) = write(&mut buf, row, true) {
-            let _ = copy.abort("lakesink: bad row").await;
-            return Err(e);
-        }
-        if buf.buf.len() >= CHUNK {
-            copy.send(std::mem::take(&mut buf.buf))
-                .await
-                .map_err(db(&work.at))?;
-        }
-    }
-    copy.send(buf.finish()).await.map_err(db(&work.at))?;
-    copy.finish().await.map_err(db(&work.at))?;
+        write(buf, row, true)
+    })
+    .await
+    .map_err(|e| e.at(&work.at))?;
     crate::failpoint::hit("replica.after-copy");
+    let any_delete = rows.iter().any(|r| r.grp == 0);
 
     let cast = |name: &str| -> String {
         let ty = meta.types.get(name).map_or("text", String::as_str);
@@ -389,6 +366,45 @@ pub(crate) async fn apply_table(
             .map_err(db(&work.at))?;
     }
     Ok(counts)
+}
+
+/// Why a COPY failed: a row that cannot be encoded (the COPY was aborted), or the server.
+enum CopyError {
+    Row(ReplicaError),
+    Db(sqlx::Error),
+}
+
+impl CopyError {
+    fn at(self, at: &At) -> ReplicaError {
+        match self {
+            CopyError::Row(e) => e,
+            CopyError::Db(e) => ReplicaError::from_sqlx(e, Some(at.clone())),
+        }
+    }
+}
+
+/// Runs `sql` (a binary `COPY … FROM STDIN`) with `rows`, each written by `put`, sent in
+/// chunks of about [`CHUNK`].
+async fn copy_rows<'r, 'k: 'r>(
+    conn: &mut PgConnection,
+    sql: &str,
+    rows: impl Iterator<Item = &'r Row<'k>>,
+    mut put: impl FnMut(&mut CopyBuf, &Row<'k>) -> Result<(), ReplicaError>,
+) -> Result<(), CopyError> {
+    let mut copy = conn.copy_in_raw(sql).await.map_err(CopyError::Db)?;
+    let mut buf = CopyBuf::new();
+    for row in rows {
+        if let Err(e) = put(&mut buf, row) {
+            let _ = copy.abort("lakesink: bad row").await;
+            return Err(CopyError::Row(e));
+        }
+        if buf.buf.len() >= CHUNK {
+            let chunk = std::mem::take(&mut buf.buf);
+            copy.send(chunk).await.map_err(CopyError::Db)?;
+        }
+    }
+    copy.send(buf.finish()).await.map_err(CopyError::Db)?;
+    copy.finish().await.map(|_| ()).map_err(CopyError::Db)
 }
 
 async fn savepoint(conn: &mut PgConnection, sql: &'static str) -> Result<(), sqlx::Error> {
