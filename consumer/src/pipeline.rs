@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use futures::FutureExt;
 use lakesink_config::KafkaConfig;
 use lakesink_schema_registry::{ChangeBatch, ChangeDecoder, Format, SchemaResolver};
 use lakesink_writers::parquet::ParquetWriter;
@@ -40,6 +41,8 @@ const FLUSH_IDLE: Duration = Duration::from_millis(25);
 const BATCH_ROWS: usize = 4096;
 /// Items in flight between the two sides (each up to FLUSH_RECORDS records).
 const CHANNEL_ITEMS: usize = 2;
+/// Records taken in a row without looking at signals, the sinks and the idle timer.
+const STREAK: usize = 256;
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// What the consuming side holds: records decoded but not yet sent. Maps are keyed by topic
@@ -118,6 +121,7 @@ pub(crate) async fn run<R: SchemaResolver>(
     let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let mut idle = tokio::time::interval(FLUSH_IDLE);
     idle.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut streak = 0;
     let outcome: anyhow::Result<Option<anyhow::Result<()>>> = async {
         loop {
             let parts = revoked.take();
@@ -132,7 +136,19 @@ pub(crate) async fn run<R: SchemaResolver>(
             if !due.is_empty() {
                 rewind(&consumer, &mut decoder, &mut pending, &tx, &telemetry, due).await?;
             }
-            let next = tokio::select! {
+            // While records are ready, take them without the select: polling the signals and
+            // the timer for each record cost the consuming thread a tenth of its time. The
+            // select still runs at least every STREAK records.
+            let ready = if streak < STREAK {
+                consumer.recv().now_or_never()
+            } else {
+                None
+            };
+            streak = if ready.is_some() { streak + 1 } else { 0 };
+            let next = if let Some(next) = ready {
+                next
+            } else {
+                tokio::select! {
                 biased;
                 _ = int.recv() => {
                     shutdown_deadline(shutdown_timeout);
@@ -150,6 +166,7 @@ pub(crate) async fn run<R: SchemaResolver>(
                     continue;
                 }
                 next = consumer.recv() => next,
+                }
             };
             match next {
                 Err(e) if kafka::is_transient(&e) => {
