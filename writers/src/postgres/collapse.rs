@@ -4,7 +4,9 @@
 //! unchanged-TOAST placeholder, or a column the record's schema does not have yet) keep the
 //! value an earlier upsert in the run gave them, or stay untouched in the table.
 
-use std::collections::HashMap;
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
 
 /// A row of one of the batches in an `apply` call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,7 +46,9 @@ impl Net {
 /// Collapses events for one table; keys are the encoded key columns.
 #[derive(Default)]
 pub(crate) struct Collapser {
-    index: HashMap<Vec<u8>, usize, foldhash::fast::RandomState>,
+    /// Indexes into `entries`, by their key: each key is stored once.
+    index: HashTable<usize>,
+    hasher: foldhash::fast::RandomState,
     entries: Vec<(Vec<u8>, Net)>,
     fresh: Vec<bool>,
     truncated: bool,
@@ -72,7 +76,8 @@ impl Collapser {
         untouched: &[usize],
         insert: bool,
     ) {
-        let prev = self.index.get(&key).map(|&i| &self.entries[i].1);
+        let (hash, found) = self.find(&key);
+        let prev = found.map(|i| &self.entries[i].1);
         let net = if untouched.is_empty() {
             Net::Upsert {
                 base: at,
@@ -93,11 +98,20 @@ impl Collapser {
                 cols: Some(cols),
             }
         };
-        self.put(key, net, insert);
+        self.put(key, hash, found, net, insert);
     }
 
     pub(crate) fn delete(&mut self, key: Vec<u8>, at: RowRef) {
-        self.put(key, Net::Delete(at), false);
+        let (hash, found) = self.find(&key);
+        self.put(key, hash, found, Net::Delete(at), false);
+    }
+
+    /// The key's hash, and its entry if it has one.
+    fn find(&self, key: &[u8]) -> (u64, Option<usize>) {
+        let hash = self.hasher.hash_one(key);
+        let entries = &self.entries;
+        let found = self.index.find(hash, |&i| entries[i].0 == key).copied();
+        (hash, found)
     }
 
     /// Everything before a truncate is moot; the table is truncated first.
@@ -108,11 +122,13 @@ impl Collapser {
         self.truncated = true;
     }
 
-    fn put(&mut self, key: Vec<u8>, net: Net, insert: bool) {
-        match self.index.get(&key) {
-            Some(&i) => self.entries[i].1 = net,
+    fn put(&mut self, key: Vec<u8>, hash: u64, found: Option<usize>, net: Net, insert: bool) {
+        match found {
+            Some(i) => self.entries[i].1 = net,
             None => {
-                self.index.insert(key.clone(), self.entries.len());
+                let (entries, hasher) = (&self.entries, &self.hasher);
+                self.index
+                    .insert_unique(hash, entries.len(), |&i| hasher.hash_one(&entries[i].0));
                 self.entries.push((key, net));
                 self.fresh.push(insert || self.truncated);
             }

@@ -226,6 +226,22 @@ impl<'a> Enc<'a> {
         }
     }
 
+    /// Whether any row may be the placeholder: false when no text or bytes value has its
+    /// length (one pass over the offsets), so that most columns skip [`Self::is_placeholder`].
+    pub(crate) fn may_hold_placeholder(&self) -> bool {
+        let of_len = |offsets: &[i32]| {
+            offsets
+                .windows(2)
+                .any(|w| (w[1] - w[0]) as usize == PLACEHOLDER.len())
+        };
+        match self {
+            Enc::Utf8(a) => of_len(a.value_offsets()),
+            Enc::Bin(a) => of_len(a.value_offsets()),
+            Enc::List(..) => true,
+            _ => false,
+        }
+    }
+
     /// Appends row `i` as one COPY field (length-prefixed, or -1 for NULL).
     pub(crate) fn write(&self, i: usize, out: &mut Vec<u8>) -> Result<(), String> {
         if self.is_null(i) {
@@ -581,6 +597,9 @@ mod tests {
         let t = ty(&arrow_schema::Field::new("t", DataType::Utf8, true));
         let e = Enc::new(&text, &t).unwrap();
         assert!(e.is_placeholder(0) && !e.is_placeholder(1) && !e.is_placeholder(2));
+        assert!(e.may_hold_placeholder());
+        let plain: ArrayRef = Arc::new(StringArray::from(vec![Some("x"), None, Some("")]));
+        assert!(!Enc::new(&plain, &t).unwrap().may_hold_placeholder());
         let ints: Vec<Option<i32>> = PLACEHOLDER.bytes().map(|b| Some(i32::from(b))).collect();
         let list: ArrayRef = Arc::new(
             arrow_array::ListArray::from_iter_primitive::<Int32Type, _, _>(vec![

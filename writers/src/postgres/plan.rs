@@ -52,6 +52,9 @@ pub(crate) struct BatchEncs<'a> {
     pub key_in_after: Option<Vec<Enc<'a>>>,
     pub key_in_before: Option<Vec<Enc<'a>>>,
     pub vals: Vec<Option<Enc<'a>>>,
+    /// Per value column: whether a row may hold the unchanged-TOAST placeholder, so that
+    /// rows are looked at only in columns where one can be.
+    pub toast: Vec<bool>,
 }
 
 /// Everything one `apply` does to one table.
@@ -302,7 +305,10 @@ pub(crate) fn plan<'a>(
                 .vals
                 .iter()
                 .enumerate()
-                .filter(|(_, e)| e.as_ref().is_none_or(|e| e.is_placeholder(row)))
+                .filter(|(c, e)| {
+                    e.as_ref()
+                        .is_none_or(|e| encs.toast[*c] && e.is_placeholder(row))
+                })
                 .map(|(c, _)| c)
                 .collect();
             let ncols = work.cols.len();
@@ -453,10 +459,15 @@ fn batch_encs<'a>(
         (true, PkMode::RecordValue, Some(s)) => encs_from(s).map(Some),
         _ => Ok(None),
     };
+    let toast = vals
+        .iter()
+        .map(|e| e.as_ref().is_some_and(Enc::may_hold_placeholder))
+        .collect();
     Ok(BatchEncs {
         key_in_key,
         key_in_after: image(v.after)?,
         key_in_before: image(v.before)?,
         vals,
+        toast,
     })
 }
