@@ -22,7 +22,7 @@ use super::ddl::TableMeta;
 use super::encode::CopyBuf;
 use super::error::{At, ReplicaError};
 use super::naming::quote;
-use super::plan::TableWork;
+use super::plan::{ColumnDef, TableWork};
 
 /// Stage rows are sent to the server in chunks of about this size.
 const CHUNK: usize = 1 << 20;
@@ -68,6 +68,12 @@ enum Kind {
 struct Group {
     kind: Kind,
     present: Vec<bool>,
+}
+
+/// The key columns, then the columns `g` writes.
+fn columns_of<'w>(work: &'w TableWork<'_>, g: &Group) -> impl Iterator<Item = &'w ColumnDef> {
+    let written = work.cols.iter().zip(&g.present).filter(|(_, p)| **p);
+    work.pk.iter().chain(written.map(|(c, _)| c))
 }
 
 /// A row to write: its encoded key, its net effect (none for a keyless insert), its row for
@@ -195,33 +201,13 @@ pub(crate) async fn apply_table(
         }
         Ok::<_, ReplicaError>(())
     };
-    let names_of = |g: &Group| -> Vec<&str> {
-        work.pk
-            .iter()
-            .map(|k| k.name.as_str())
-            .chain(
-                work.cols
-                    .iter()
-                    .zip(&g.present)
-                    .filter(|(_, p)| **p)
-                    .map(|(c, _)| c.name.as_str()),
-            )
-            .collect()
-    };
+    let names_of =
+        |g: &Group| -> Vec<&str> { columns_of(work, g).map(|c| c.name.as_str()).collect() };
 
     // Rows the table cannot hold yet go straight in by binary COPY, where every column's
     // wire type is the column's type: no staging table, no second pass over the rows.
     let fits = |g: &Group| {
-        work.pk
-            .iter()
-            .chain(
-                work.cols
-                    .iter()
-                    .zip(&g.present)
-                    .filter(|(_, p)| **p)
-                    .map(|(c, _)| c),
-            )
-            .all(|c| meta.types.get(&c.name).is_some_and(|t| c.ty.wire.fits(t)))
+        columns_of(work, g).all(|c| meta.types.get(&c.name).is_some_and(|t| c.ty.wire.fits(t)))
     };
     // Per group: copied straight into the table; a fresh group's copy met a stored key.
     let mut done = vec![false; groups.len()];
