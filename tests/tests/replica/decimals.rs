@@ -6,14 +6,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow_array::builder::{BinaryBuilder, Decimal128Builder, Int32Builder, ListBuilder};
-use arrow_array::{
-    Array, ArrayRef, BooleanArray, Decimal256Array, Int64Array, RecordBatch, StringArray,
-    StructArray,
-};
+use arrow_array::{ArrayRef, Decimal256Array, Int64Array, StructArray};
 use arrow_buffer::i256;
-use arrow_schema::{DataType, Field, Fields, Schema};
-use lakesink_schema_registry::{ChangeBatch, ValueShape};
+use arrow_schema::{DataType, Field, Fields};
+use lakesink_schema_registry::ChangeBatch;
 
+use crate::hand::{Envelope, source_block};
 use crate::support::{replicator, rows};
 
 /// Per row: id, a Decimal128(38, 10), a Decimal256(50, 5), a VariableScaleDecimal (unscaled
@@ -83,55 +81,18 @@ fn batch(topic: &str, table: &str, op: &str, first: i64, vals: &[Vals]) -> Chang
         None,
     );
     let key_fields: Fields = vec![Field::new("id", DataType::Int64, false)].into();
-    let key = StructArray::new(key_fields.clone(), vec![ids], None);
-    let src_fields: Fields = ["db", "schema", "table"]
-        .iter()
-        .map(|f| Field::new(*f, DataType::Utf8, true))
-        .collect();
-    let source = StructArray::new(
-        src_fields,
-        ["source", "public", table]
-            .iter()
-            .map(|v| Arc::new(StringArray::from(vec![*v; n])) as ArrayRef)
-            .collect(),
-        None,
-    );
-    let before = StructArray::new_null(fields, n);
-    let schema = Schema::new(vec![
-        Field::new("__offset", DataType::Int64, false),
-        Field::new("__op", DataType::Utf8, false),
-        Field::new("__tombstone", DataType::Boolean, false),
-        Field::new("key", DataType::Struct(key_fields), true),
-        Field::new("before", before.data_type().clone(), true),
-        Field::new("after", after.data_type().clone(), true),
-        Field::new("source", source.data_type().clone(), true),
-        Field::new("op", DataType::Utf8, true),
-    ]);
-    let offsets = first..first + n as i64;
-    let rows = RecordBatch::try_new(
-        Arc::new(schema),
-        vec![
-            Arc::new(Int64Array::from_iter_values(offsets.clone())),
-            Arc::new(StringArray::from(vec![op; n])),
-            Arc::new(BooleanArray::from(vec![false; n])),
-            Arc::new(key),
-            Arc::new(before),
-            Arc::new(after),
-            Arc::new(source),
-            Arc::new(StringArray::from(vec![op; n])),
-        ],
-    )
-    .expect("batch");
-    ChangeBatch {
-        topic: topic.into(),
+    Envelope {
+        topic,
         partition: 0,
-        first_offset: offsets.start,
-        last_offset: offsets.end - 1,
-        key_schema: None,
-        value_schema: None,
-        shape: ValueShape::Envelope,
-        rows,
+        offsets: (first..first + n as i64).collect(),
+        ops: vec![op; n],
+        tombstones: vec![false; n],
+        key: StructArray::new(key_fields, vec![ids], None),
+        before: StructArray::new_null(fields, n),
+        after,
+        source: source_block(table, n, None),
     }
+    .batch()
 }
 
 fn vals() -> Vec<Vals> {

@@ -130,54 +130,84 @@ pub(crate) fn batch(
         let valid: Vec<bool> = events.iter().map(|e| e.op != "t").collect();
         StructArray::new(key_fields.clone(), vec![ids], Some(valid.into()))
     };
-    let src_fields: Fields = ["db", "schema", "table"]
+    let source_valid: Vec<bool> = events.iter().map(|e| !e.tombstone).collect();
+    Envelope {
+        topic,
+        partition,
+        offsets: events.iter().map(|e| e.offset).collect(),
+        ops: events.iter().map(|e| e.op).collect(),
+        tombstones: events.iter().map(|e| e.tombstone).collect(),
+        key,
+        before,
+        after,
+        source: source_block(table, n, Some(source_valid)),
+    }
+    .batch()
+}
+
+/// A Debezium `source` block naming `table` (db `source`, schema `public`) for `n` rows.
+pub(crate) fn source_block(table: &str, n: usize, valid: Option<Vec<bool>>) -> StructArray {
+    let fields: Fields = ["db", "schema", "table"]
         .iter()
         .map(|f| Field::new(*f, DataType::Utf8, true))
         .collect();
-    let src_cols: Vec<ArrayRef> = ["source", "public", table]
+    let cols: Vec<ArrayRef> = ["source", "public", table]
         .iter()
         .map(|v| Arc::new(StringArray::from(vec![*v; n])) as ArrayRef)
         .collect();
-    let source_valid: Vec<bool> = events.iter().map(|e| !e.tombstone).collect();
-    let source = StructArray::new(src_fields, src_cols, Some(source_valid.into()));
-    let ops: Vec<&str> = events.iter().map(|e| e.op).collect();
-    let schema = Schema::new(vec![
-        Field::new("__offset", DataType::Int64, false),
-        Field::new("__op", DataType::Utf8, false),
-        Field::new("__tombstone", DataType::Boolean, false),
-        Field::new("key", DataType::Struct(key_fields), true),
-        Field::new("before", before.data_type().clone(), true),
-        Field::new("after", after.data_type().clone(), true),
-        Field::new("source", source.data_type().clone(), true),
-        Field::new("op", DataType::Utf8, true),
-    ]);
-    let rows = RecordBatch::try_new(
-        Arc::new(schema),
-        vec![
-            Arc::new(Int64Array::from_iter_values(
-                events.iter().map(|e| e.offset),
-            )),
-            Arc::new(StringArray::from(ops.clone())),
-            Arc::new(BooleanArray::from_iter(
-                events.iter().map(|e| Some(e.tombstone)),
-            )),
-            Arc::new(key),
-            Arc::new(before),
-            Arc::new(after),
-            Arc::new(source),
-            Arc::new(StringArray::from(ops)),
-        ],
-    )
-    .expect("batch");
-    ChangeBatch {
-        topic: topic.into(),
-        partition,
-        first_offset: events[0].offset,
-        last_offset: events[n - 1].offset,
-        key_schema: None,
-        value_schema: None,
-        shape: ValueShape::Envelope,
-        rows,
+    StructArray::new(fields, cols, valid.map(Into::into))
+}
+
+/// A decoded envelope batch as the decoder makes it, from its rows' parts.
+pub(crate) struct Envelope<'a> {
+    pub(crate) topic: &'a str,
+    pub(crate) partition: i32,
+    pub(crate) offsets: Vec<i64>,
+    pub(crate) ops: Vec<&'a str>,
+    pub(crate) tombstones: Vec<bool>,
+    pub(crate) key: StructArray,
+    pub(crate) before: StructArray,
+    pub(crate) after: StructArray,
+    pub(crate) source: StructArray,
+}
+
+impl Envelope<'_> {
+    pub(crate) fn batch(self) -> ChangeBatch {
+        let schema = Schema::new(vec![
+            Field::new("__offset", DataType::Int64, false),
+            Field::new("__op", DataType::Utf8, false),
+            Field::new("__tombstone", DataType::Boolean, false),
+            Field::new("key", self.key.data_type().clone(), true),
+            Field::new("before", self.before.data_type().clone(), true),
+            Field::new("after", self.after.data_type().clone(), true),
+            Field::new("source", self.source.data_type().clone(), true),
+            Field::new("op", DataType::Utf8, true),
+        ]);
+        let (first_offset, last_offset) = (self.offsets[0], self.offsets[self.offsets.len() - 1]);
+        let rows = RecordBatch::try_new(
+            Arc::new(schema),
+            vec![
+                Arc::new(Int64Array::from(self.offsets)),
+                Arc::new(StringArray::from(self.ops.clone())),
+                Arc::new(BooleanArray::from(self.tombstones)),
+                Arc::new(self.key),
+                Arc::new(self.before),
+                Arc::new(self.after),
+                Arc::new(self.source),
+                Arc::new(StringArray::from(self.ops)),
+            ],
+        )
+        .expect("batch");
+        ChangeBatch {
+            topic: self.topic.into(),
+            partition: self.partition,
+            first_offset,
+            last_offset,
+            key_schema: None,
+            value_schema: None,
+            shape: ValueShape::Envelope,
+            rows,
+        }
     }
 }
 
