@@ -7,6 +7,7 @@
 pub mod connect_import;
 mod errors;
 mod kafka_security;
+mod non_data;
 mod overrides;
 mod raw;
 mod replica;
@@ -23,6 +24,7 @@ pub use errors::{ErrorsConfig, Tolerance};
 pub use kafka_security::{
     KafkaOAuth, KafkaSecurity, MskIam, SaslMechanism, SecurityProtocol, msk_region_of,
 };
+pub use non_data::{NonDataAction, NonDataConfig};
 pub use overrides::ENV_PREFIX;
 pub use raw::{
     Codec, Content, DEFAULT_STORE_RETRY_TIMEOUT_MS, PartitionerKind, RawConfig, StoreConfig,
@@ -78,6 +80,9 @@ pub struct KafkaConfig {
     /// For `format = "json"`: a file holding the Connect schema of the values (the `schema`
     /// object JsonConverter writes with `schemas.enable=true`). Without it, schemas are inferred.
     pub json_value_schema: Option<std::path::PathBuf>,
+    /// Records that are not rows (`[kafka.non-data]`): skipped unless routed.
+    #[serde(default)]
+    pub non_data: NonDataConfig,
 }
 
 /// The converter the topics were written with.
@@ -335,6 +340,7 @@ impl Config {
                 reason: "use basic auth (username, password) or oauth, not both".into(),
             });
         }
+        k.non_data.validate(self.raw.is_some())?;
         self.errors.validate()?;
         if let Some(raw) = &self.raw {
             raw.validate()?;
@@ -466,6 +472,42 @@ mod tests {
         assert!(c.kafka.properties.is_empty());
         assert_eq!(c.registry.payload_ids, PayloadIds::ContentId);
         assert_eq!(c.kafka.format, RecordFormat::Avro);
+    }
+
+    #[test]
+    fn non_data_routes_parse_and_are_checked() {
+        let c = parse(BASE, &[]).expect("valid");
+        assert_eq!(c.kafka.non_data, NonDataConfig::default());
+        assert!(
+            c.kafka
+                .non_data
+                .actions()
+                .iter()
+                .all(|(_, a)| *a == NonDataAction::Skip)
+        );
+
+        let raw = "[raw]\nurl = \"memory://\"\n";
+        let text =
+            format!("{BASE}\n[kafka.non-data]\nschema-change = \"raw\"\nsignal = \"error\"\n{raw}");
+        let c = parse(&text, &[]).expect("valid");
+        assert_eq!(c.kafka.non_data.schema_change, NonDataAction::Raw);
+        assert_eq!(c.kafka.non_data.signal, NonDataAction::Error);
+        assert_eq!(c.kafka.non_data.heartbeat, NonDataAction::Skip);
+
+        let no_raw = format!("{BASE}\n[kafka.non-data]\ntransaction = \"raw\"\n");
+        let err = parse(&no_raw, &[]).unwrap_err().to_string();
+        assert!(
+            err.contains("kafka.non-data") && err.contains("[raw]"),
+            "{err}"
+        );
+
+        let signal_raw = format!("{BASE}\n[kafka.non-data]\nsignal = \"raw\"\n{raw}");
+        let err = parse(&signal_raw, &[]).unwrap_err().to_string();
+        assert!(err.contains("kafka.non-data.signal"), "{err}");
+
+        let typo = format!("{BASE}\n[kafka.non-data]\nheartbeats = \"skip\"\n");
+        let err = parse(&typo, &[]).unwrap_err().to_string();
+        assert!(err.contains("heartbeat"), "{err}");
     }
 
     #[test]

@@ -3,8 +3,10 @@
 use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
-use lakesink_config::KafkaConfig;
-use lakesink_schema_registry::{ChangeBatch, ChangeDecoder, KafkaRecord, SchemaResolver};
+use lakesink_config::{KafkaConfig, NonDataAction, NonDataConfig};
+use lakesink_schema_registry::{
+    ChangeBatch, ChangeDecoder, KafkaRecord, NonData, Route, Routes, SchemaResolver,
+};
 use rdkafka::client::OAuthToken;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -15,7 +17,7 @@ use tracing::{debug, info, warn};
 
 use crate::kafka_auth::{self, KafkaAuth};
 use crate::telemetry::Telemetry;
-use crate::telemetry::metrics::PartitionLabels;
+use crate::telemetry::metrics::{NonDataLabels, PartitionLabels};
 
 /// Partitions taken away by the group, collected during `recv` and handled by the loop
 /// before it looks at the next message.
@@ -180,10 +182,27 @@ pub(crate) fn subscribe(
     Ok((consumer, revoked))
 }
 
-/// Decodes one message; non-row records are logged and yield nothing.
+/// The decoder's routes for records that are not rows.
+pub(crate) fn routes(config: &NonDataConfig) -> Routes {
+    let mut routes = Routes::default();
+    for (kind, (name, action)) in NonData::ALL.into_iter().zip(config.actions()) {
+        debug_assert_eq!(kind.as_str(), name);
+        let route = match action {
+            NonDataAction::Skip => Route::Skip,
+            NonDataAction::Raw => Route::Keep,
+            NonDataAction::Error => Route::Refuse,
+        };
+        routes.set(kind, route);
+    }
+    routes
+}
+
+/// Decodes one message; records that are not rows are counted, logged, and yield nothing
+/// unless their route keeps them.
 pub(crate) async fn push<R: SchemaResolver>(
     decoder: &mut ChangeDecoder<R>,
     msg: &BorrowedMessage<'_>,
+    telemetry: Option<&Telemetry>,
 ) -> Result<Vec<ChangeBatch>, lakesink_schema_registry::ChangeError> {
     // Once per message: librdkafka re-parses an empty header block on every call (with an
     // allocation each time), and framing asks for up to eight names.
@@ -205,14 +224,23 @@ pub(crate) async fn push<R: SchemaResolver>(
             headers: &header,
         })
         .await?;
-    if let Some(kind) = pushed.skipped {
+    if let Some(kind) = pushed.non_data {
         debug!(
             topic = msg.topic(),
             partition = msg.partition(),
             offset = msg.offset(),
-            ?kind,
-            "not a row; skipped"
+            %kind,
+            "not a row"
         );
+        if let Some(t) = telemetry {
+            t.metrics
+                .non_data
+                .get_or_create(&NonDataLabels {
+                    topic: msg.topic().to_owned(),
+                    kind: kind.as_str(),
+                })
+                .inc();
+        }
     }
     Ok(pushed.completed)
 }

@@ -112,7 +112,8 @@ pub(crate) async fn run<R: SchemaResolver>(
     let (tx, rx) = mpsc::channel(CHANNEL_ITEMS);
     let rewinds = sinks::Rewinds::default();
     let mut sink_task = tokio::spawn(sinks::run(sinks, rx, consumer.clone(), rewinds.clone()));
-    let mut decoder = ChangeDecoder::new(resolver, format, BATCH_ROWS);
+    let mut decoder = ChangeDecoder::new(resolver, format, BATCH_ROWS)
+        .with_routes(kafka::routes(&config.non_data));
     let mut pending = Pending {
         headers: with_headers.then(HeaderLog::default),
         ..Pending::default()
@@ -441,7 +442,7 @@ async fn decode<R: SchemaResolver>(
     let mut backoff = Duration::from_millis(200);
     let mut paused = false;
     loop {
-        match kafka::push(decoder, msg).await {
+        match kafka::push(decoder, msg, Some(telemetry)).await {
             Ok(batches) => {
                 if paused {
                     telemetry.status.resumed(None, Component::Registry);

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lakesink_schema_registry::ChangeBatch;
+use lakesink_schema_registry::{ChangeBatch, ValueShape};
 use lakesink_writers::parquet::{ParquetWriter, RawError, Receipt};
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
@@ -475,7 +475,10 @@ async fn write(
             }
         }
     }
-    if let Some(rep) = &mut sinks.replica {
+    // Records that are not rows only ever go to the raw layer.
+    if let Some(rep) = &mut sinks.replica
+        && !matches!(batch.shape, ValueShape::NonData(_))
+    {
         rep.push(batch);
     }
     Ok(())

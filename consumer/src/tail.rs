@@ -30,7 +30,8 @@ pub(crate) async fn run<R: SchemaResolver>(
     format: Format,
 ) -> anyhow::Result<()> {
     let (consumer, revoked) = kafka::subscribe(config, None)?;
-    let mut decoder = ChangeDecoder::new(resolver, format, FLUSH_RECORDS);
+    let mut decoder = ChangeDecoder::new(resolver, format, FLUSH_RECORDS)
+        .with_routes(kafka::routes(&config.non_data));
     // The next offset to store per partition, once what came before it is printed.
     let mut consumed: HashMap<(String, i32), i64> = HashMap::new();
     let mut unflushed = 0;
@@ -53,7 +54,7 @@ pub(crate) async fn run<R: SchemaResolver>(
                     decoder.finish_partition(&topic, partition)?;
                     consumed.remove(&(topic, partition));
                 }
-                for batch in kafka::push(&mut decoder, &msg).await? {
+                for batch in kafka::push(&mut decoder, &msg, None).await? {
                     print(&batch)?;
                 }
                 consumed.insert((msg.topic().to_owned(), msg.partition()), msg.offset() + 1);
@@ -97,9 +98,10 @@ fn flush<R: SchemaResolver>(
     Ok(())
 }
 
-/// One JSON line per row: coordinates, op, key and the row images.
+/// One JSON line per row: coordinates, op, key and the row images (or the value of a record
+/// that is not a row, when `[kafka.non-data]` keeps it).
 fn print(batch: &ChangeBatch) -> anyhow::Result<()> {
-    let keep: Vec<usize> = ["__offset", "__op", "key", "before", "after"]
+    let keep: Vec<usize> = ["__offset", "__op", "key", "before", "after", "value"]
         .iter()
         .filter_map(|name| batch.rows.schema().index_of(name).ok())
         .collect();

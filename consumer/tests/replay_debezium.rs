@@ -9,7 +9,7 @@ mod common;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use common::Run;
+use common::{Run, exec};
 use lakesink_tests::debezium::Connector;
 use lakesink_tests::{Stack, unique, unreachable};
 use rdkafka::ClientConfig;
@@ -27,15 +27,6 @@ async fn rows(pg: &PgPool, table: &str) -> Vec<String> {
         .fetch_all(pg)
         .await
         .unwrap_or_default()
-}
-
-async fn exec(pg: &PgPool, sqls: &[String]) {
-    for sql in sqls {
-        sqlx::query(AssertSqlSafe(sql.clone()))
-            .execute(pg)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"));
-    }
 }
 
 /// Runs the live service until the replica equals the source, then stops it with SIGTERM.

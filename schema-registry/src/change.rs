@@ -17,12 +17,13 @@ use arrow_array::builder::{
     ArrayBuilder, BooleanBuilder, Int64Builder, StringBuilder, TimestampMillisecondBuilder,
 };
 use arrow_array::cast::AsArray;
-use arrow_array::{Array, ArrayRef, RecordBatch, StructArray, UInt32Array};
+use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, StructArray, UInt32Array};
 use arrow_schema::{DataType, Field, Schema, TimeUnit};
 
 use crate::avro::{AvroBatchDecoder, DecodeError, Node, SchemaError, WriterSchema};
 use crate::connect_json::{self, JsonError};
 use crate::framing::{FramingError, IdKind, SchemaRef, Side, unframe};
+use crate::non_data::{NON_DATA_METADATA, NonData, Route, Routes, is_signal};
 use crate::registry::{RegistryError, SchemaResolver};
 
 /// One Kafka record, as plain values.
@@ -49,15 +50,9 @@ pub enum ValueShape {
     Flattened,
     /// Only tombstones so far: no value schema.
     KeyOnly,
-}
-
-/// Records on a Debezium topic that are not table rows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NonData {
-    Heartbeat,
-    SchemaChange,
-    TransactionMetadata,
-    Message,
+    /// Records that are not rows, kept by their [`Route::Keep`]: the whole value is one
+    /// `value` column.
+    NonData(NonData),
 }
 
 /// Decoded rows of one (topic, partition, key schema, value schema), in offset order.
@@ -78,8 +73,8 @@ pub struct ChangeBatch {
 pub struct Pushed {
     /// Batches closed by this record (a schema change, or a full batch).
     pub completed: Vec<ChangeBatch>,
-    /// Set when the record was not a row and was skipped.
-    pub skipped: Option<NonData>,
+    /// Set when the record was not a row: skipped, or kept by its route.
+    pub non_data: Option<NonData>,
 }
 
 /// Why a record could not be decoded, and where it is.
@@ -107,6 +102,8 @@ pub enum ChangeErrorKind {
     Json(#[from] JsonError),
     #[error("{0}")]
     Model(String),
+    #[error("a {0} record, not a row; refused by the non-data route")]
+    NonData(NonData),
 }
 
 /// How the records' keys and values are encoded.
@@ -185,6 +182,7 @@ const MAX_SPARE_DECODERS: usize = 64;
 pub struct ChangeDecoder<R> {
     resolver: R,
     format: Format,
+    routes: Routes,
     batch_rows: usize,
     prepared: HashMap<SchemaRef, Arc<Prepared>>,
     open: HashMap<(Arc<str>, i32), Open>,
@@ -212,6 +210,7 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
         Self {
             resolver,
             format,
+            routes: Routes::default(),
             batch_rows: batch_rows.max(1),
             prepared: HashMap::default(),
             open: HashMap::default(),
@@ -220,6 +219,12 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
             ready: Vec::new(),
             cache: CacheStats::default(),
         }
+    }
+
+    /// What to do with each kind of non-data record (all skipped by default).
+    pub fn with_routes(mut self, routes: Routes) -> Self {
+        self.routes = routes;
+        self
     }
 
     /// Schema lookups so far.
@@ -295,7 +300,7 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
 
     /// Decodes one record. Records of a partition must come in offset order. On error nothing
     /// of the record is kept and earlier rows stay intact.
-    pub async fn push(&mut self, record: KafkaRecord<'_>) -> Result<Pushed, ChangeError> {
+    pub async fn push<'a>(&mut self, record: KafkaRecord<'a>) -> Result<Pushed, ChangeError> {
         let at = |side: Side| {
             move |kind: ChangeErrorKind| ChangeError {
                 topic: record.topic.to_owned(),
@@ -305,29 +310,34 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
                 kind,
             }
         };
-        let key = match record.key {
-            Some(k) => Some(
-                self.split(Side::Key, k, record.headers)
-                    .map_err(at(Side::Key))?,
-            ),
-            None => None,
+        let split = |this: &mut Self, side: Side, bytes: Option<&'a [u8]>| match bytes {
+            Some(b) => this.split(side, b, record.headers).map(Some),
+            None => Ok(None),
         };
-        let value = match record.value {
-            Some(v) => Some(
-                self.split(Side::Value, v, record.headers)
-                    .map_err(at(Side::Value))?,
-            ),
-            None => None,
+        let sides = split(self, Side::Key, record.key).map_err(at(Side::Key));
+        let sides = sides.and_then(|k| {
+            split(self, Side::Value, record.value)
+                .map(|v| (k, v))
+                .map_err(at(Side::Value))
+        });
+        let (key, value) = match sides {
+            Ok(sides) => sides,
+            // Signals are plain JSON that no format here decodes: looked for only on failure.
+            Err(_) if is_signal(record.value) => {
+                return self.not_a_row(NonData::Signal).map_err(at(Side::Value));
+            }
+            Err(e) => return Err(e),
         };
 
         let mut value_prepared = None;
+        let mut non_data = None;
         if let Some(v) = &value {
             let p = self.prepare(&v.schema).await.map_err(at(Side::Value))?;
             if let Err(kind) = p.shape {
-                return Ok(Pushed {
-                    completed: std::mem::take(&mut self.ready),
-                    skipped: Some(kind),
-                });
+                if self.routes.get(kind) != Route::Keep {
+                    return self.not_a_row(kind).map_err(at(Side::Value));
+                }
+                non_data = Some(kind);
             }
             value_prepared = Some(p);
         }
@@ -355,7 +365,7 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
         }
         if !self.open.contains_key(&part) {
             let shape = match &value_prepared {
-                Some(p) => p.shape.unwrap_or(ValueShape::Flattened),
+                Some(p) => p.shape.unwrap_or_else(ValueShape::NonData),
                 None => ValueShape::KeyOnly,
             };
             let mut decoder = |s: &Option<SchemaRef>, p: &Option<Arc<Prepared>>| match (s, p) {
@@ -397,8 +407,19 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
         open.last_offset = record.offset;
         Ok(Pushed {
             completed: std::mem::take(&mut self.ready),
-            skipped: None,
+            non_data,
         })
+    }
+
+    /// A non-data record that is not kept: skipped, or refused by its route.
+    fn not_a_row(&mut self, kind: NonData) -> Result<Pushed, ChangeErrorKind> {
+        match self.routes.get(kind) {
+            Route::Refuse => Err(ChangeErrorKind::NonData(kind)),
+            Route::Skip | Route::Keep => Ok(Pushed {
+                completed: std::mem::take(&mut self.ready),
+                non_data: Some(kind),
+            }),
+        }
     }
 
     /// A decoder for `schema`: a spare one when there is one.
@@ -504,13 +525,11 @@ fn classify(root: &Node) -> Result<ValueShape, NonData> {
         _ => None,
     };
     let name = record.unwrap_or_default();
-    let simple = name.rsplit('.').next().unwrap_or(name);
-    match simple {
-        "Envelope" => Ok(ValueShape::Envelope),
-        "Heartbeat" => Err(NonData::Heartbeat),
-        "SchemaChangeValue" => Err(NonData::SchemaChange),
-        "TransactionMetadataValue" => Err(NonData::TransactionMetadata),
-        "MessageValue" => Err(NonData::Message),
+    if let Some(kind) = NonData::of_record_name(name) {
+        return Err(kind);
+    }
+    match name.rsplit('.').next() {
+        Some("Envelope") => Ok(ValueShape::Envelope),
         _ => Ok(ValueShape::Flattened),
     }
 }
@@ -624,6 +643,25 @@ fn finish(part: &(Arc<str>, i32), open: &mut Open) -> Result<Option<ChangeBatch>
                     ),
                 )
                 .map_err(model)?;
+                if let ValueShape::NonData(kind) = open.shape {
+                    // Its own op when it has one (logical decoding messages: `m`), else null.
+                    if let Some(op) = after
+                        .column_by_name("op")
+                        .and_then(|c| c.as_string_opt::<i32>())
+                    {
+                        for (i, o) in op.iter().enumerate() {
+                            ops[i] = o.map(str::to_owned);
+                        }
+                    }
+                    let meta = [(NON_DATA_METADATA.to_owned(), kind.as_str().to_owned())];
+                    let field = Field::new("value", after.data_type().clone(), true).with_metadata(
+                        meta.into_iter()
+                            .collect::<std::collections::HashMap<_, _>>(),
+                    );
+                    fields.push(field);
+                    columns.push(Arc::new(after));
+                    return done(part, open, fields, columns, &tombstones, ops);
+                }
                 let deleted = after
                     .column_by_name("__deleted")
                     .and_then(|c| c.as_string_opt::<i32>().cloned());
@@ -642,16 +680,32 @@ fn finish(part: &(Arc<str>, i32), open: &mut Open) -> Result<Option<ChangeBatch>
             }
         }
     }
-    // A tombstone deletes by key; an envelope row without op is malformed data.
-    let mut op_column = StringBuilder::with_capacity(n, n);
+    done(part, open, fields, columns, &tombstones, ops)
+}
+
+/// The batch, with its `__op` column filled in from `ops`.
+fn done(
+    part: &(Arc<str>, i32),
+    open: &Open,
+    mut fields: Vec<Field>,
+    mut columns: Vec<ArrayRef>,
+    tombstones: &BooleanArray,
+    ops: Vec<Option<String>>,
+) -> Result<Option<ChangeBatch>, ChangeErrorKind> {
+    let model = |e: arrow_schema::ArrowError| ChangeErrorKind::Model(e.to_string());
+    let non_data = matches!(open.shape, ValueShape::NonData(_));
+    // A tombstone deletes by key; a row without op is malformed data, unless it is not a row.
+    let mut op_column = StringBuilder::with_capacity(ops.len(), ops.len());
     for (i, op) in ops.into_iter().enumerate() {
         match (tombstones.value(i), op) {
             (true, _) => op_column.append_value("d"),
             (false, Some(op)) => op_column.append_value(op),
+            (false, None) if non_data => op_column.append_null(),
             (false, None) => return Err(ChangeErrorKind::Model(format!("row {i} has no op"))),
         }
     }
     columns[2] = Arc::new(op_column.finish());
+    fields[2] = fields[2].clone().with_nullable(non_data);
     let rows = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).map_err(model)?;
     Ok(Some(ChangeBatch {
         topic: part.0.clone(),

@@ -14,6 +14,7 @@ const ENVELOPE: i64 = 2;
 const HEARTBEAT: i64 = 3;
 const FLAT: i64 = 4;
 const ENVELOPE_V2: i64 = 5;
+const MESSAGE: i64 = 6;
 
 fn framed(id: i64, datum: Vec<u8>) -> Vec<u8> {
     let mut out = vec![0];
@@ -48,6 +49,8 @@ fn resolver() -> FixedResolver {
         .with(id(ENVELOPE_V2), envelope(true))
         .with(id(HEARTBEAT), json!({"type": "record", "name": "Heartbeat", "namespace": "io.debezium.connector.common",
             "fields": [{"name": "ts_ms", "type": "long"}]}).to_string())
+        .with(id(MESSAGE), json!({"type": "record", "name": "MessageValue", "namespace": "io.debezium.connector.postgresql",
+            "fields": [{"name": "op", "type": "string"}, {"name": "ts_ms", "type": "long"}]}).to_string())
         .with(id(FLAT), json!({"type": "record", "name": "Value", "namespace": "t.public.x", "fields": [
             {"name": "id", "type": "long"}, {"name": "__deleted", "type": ["null", "string"], "default": null}]}).to_string())
 }
@@ -269,8 +272,126 @@ async fn heartbeats_are_skipped_not_rows() {
     let mut dec = ChangeDecoder::new(resolver(), AVRO, 100);
     let hb = framed(HEARTBEAT, zigzag(5));
     let pushed = push(&mut dec, 0, None, Some(&hb)).await.unwrap();
-    assert_eq!(pushed.skipped, Some(NonData::Heartbeat));
+    assert_eq!(pushed.non_data, Some(NonData::Heartbeat));
     assert!(dec.finish_all().unwrap().is_empty());
+}
+
+fn message(op: &str, ts: i64) -> Vec<u8> {
+    let mut d = string(op);
+    d.extend(zigzag(ts));
+    framed(MESSAGE, d)
+}
+
+#[tokio::test]
+async fn kept_non_data_records_are_one_value_column_in_their_own_batch() {
+    let mut routes = Routes::default();
+    routes
+        .set(NonData::Heartbeat, Route::Keep)
+        .set(NonData::Message, Route::Keep);
+    let mut dec = ChangeDecoder::new(resolver(), AVRO, 100).with_routes(routes);
+    let k = key(1);
+    push(
+        &mut dec,
+        0,
+        Some(&k),
+        Some(&envelope(None, Some((1, "a")), "c")),
+    )
+    .await
+    .unwrap();
+    // A heartbeat closes the row batch and opens its own; a tombstone joins it.
+    let pushed = push(&mut dec, 1, None, Some(&framed(HEARTBEAT, zigzag(5))))
+        .await
+        .unwrap();
+    assert_eq!(pushed.non_data, Some(NonData::Heartbeat));
+    assert_eq!(pushed.completed.len(), 1);
+    assert_eq!(pushed.completed[0].shape, ValueShape::Envelope);
+    push(&mut dec, 2, None, Some(&framed(HEARTBEAT, zigzag(6))))
+        .await
+        .unwrap();
+    let mut closed = push(&mut dec, 3, None, Some(&message("m", 7)))
+        .await
+        .unwrap()
+        .completed;
+    closed.extend(dec.finish_all().unwrap());
+    assert_eq!(closed.len(), 2);
+    let messages = closed.pop().unwrap();
+    let heartbeats = closed.pop().unwrap();
+
+    assert_eq!(heartbeats.shape, ValueShape::NonData(NonData::Heartbeat));
+    assert_eq!((heartbeats.first_offset, heartbeats.last_offset), (1, 2));
+    let schema = heartbeats.rows.schema();
+    let value = schema.field_with_name("value").unwrap();
+    assert_eq!(
+        value.metadata().get(NON_DATA_METADATA).map(String::as_str),
+        Some("heartbeat")
+    );
+    assert!(schema.field_with_name("after").is_err());
+    let ts = heartbeats.rows.column_by_name("value").unwrap().as_struct();
+    assert_eq!(ts.column(0).as_primitive::<Int64Type>().values(), &[5, 6]);
+    // A heartbeat has no op: null, not a made-up one.
+    assert_eq!(
+        heartbeats.rows.column_by_name("__op").unwrap().null_count(),
+        2
+    );
+
+    assert_eq!(messages.shape, ValueShape::NonData(NonData::Message));
+    assert_eq!(ops(&messages), ["m"]);
+}
+
+#[tokio::test]
+async fn refused_non_data_records_are_bad_records_naming_their_place() {
+    let mut routes = Routes::default();
+    routes.set(NonData::Heartbeat, Route::Refuse);
+    let mut dec = ChangeDecoder::new(resolver(), AVRO, 100).with_routes(routes);
+    let err = push(&mut dec, 9, None, Some(&framed(HEARTBEAT, zigzag(5))))
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        err.kind,
+        ChangeErrorKind::NonData(NonData::Heartbeat)
+    ));
+    assert!(err.is_bad_record() && !err.is_retryable());
+    let text = err.to_string();
+    assert!(
+        text.contains("t.public.x[3] offset 9") && text.contains("heartbeat"),
+        "{text}"
+    );
+    // Messages are still skipped: routes are per kind.
+    let pushed = push(&mut dec, 10, None, Some(&message("m", 1)))
+        .await
+        .unwrap();
+    assert_eq!(pushed.non_data, Some(NonData::Message));
+    assert!(dec.finish_all().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn kafka_signals_are_recognised_in_every_format_and_routed() {
+    let signal = br#"{"type":"execute-snapshot","data":{"data-collections":["public.x"]}}"#;
+    for format in [AVRO, Format::ConnectJson] {
+        let mut dec = ChangeDecoder::new(resolver(), format.clone(), 100);
+        let pushed = push(&mut dec, 0, Some(b"demo"), Some(signal))
+            .await
+            .unwrap();
+        assert_eq!(pushed.non_data, Some(NonData::Signal), "{format:?}");
+
+        let mut routes = Routes::default();
+        routes.set(NonData::Signal, Route::Refuse);
+        let mut dec = ChangeDecoder::new(resolver(), format.clone(), 100).with_routes(routes);
+        let err = push(&mut dec, 0, Some(b"demo"), Some(signal))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err.kind, ChangeErrorKind::NonData(NonData::Signal)),
+            "{err}"
+        );
+
+        // Other undecodable JSON is still an error, not a signal.
+        let mut dec = ChangeDecoder::new(resolver(), format.clone(), 100);
+        let err = push(&mut dec, 0, Some(b"demo"), Some(br#"{"type":"x"}"#))
+            .await
+            .unwrap_err();
+        assert!(!matches!(err.kind, ChangeErrorKind::NonData(_)), "{err}");
+    }
 }
 
 #[tokio::test]

@@ -7,13 +7,14 @@ pub mod avro;
 pub mod change;
 pub mod connect_json;
 pub mod framing;
+pub mod non_data;
 pub mod registry;
 
 pub use change::{
-    CacheStats, ChangeBatch, ChangeDecoder, ChangeError, Format, KafkaRecord, NonData, Pushed,
-    ValueShape,
+    CacheStats, ChangeBatch, ChangeDecoder, ChangeError, Format, KafkaRecord, Pushed, ValueShape,
 };
 pub use framing::{Encoding, Framed, FramingError, IdKind, SchemaRef, Side, unframe};
+pub use non_data::{NON_DATA_METADATA, NonData, Route, Routes};
 pub use registry::{
     Api, Auth, Backoff, CachedResolver, FixedResolver, HttpRegistry, HttpRegistryConfig,
     RegistryError, ResolvedSchema, SchemaResolver,

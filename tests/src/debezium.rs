@@ -34,6 +34,8 @@ pub struct Connector {
     pub table: String,
     pub topic: String,
     converter: Converter,
+    /// Connector properties over the defaults.
+    extra: Value,
     stack: Stack,
     http: reqwest::Client,
 }
@@ -47,9 +49,20 @@ impl Connector {
 
     /// As [`Connector::start`], with the given converter.
     pub async fn start_with(stack: &Stack, name: &str, converter: Converter) -> Self {
+        Self::start_configured(stack, name, converter, json!({})).await
+    }
+
+    /// As [`Connector::start_with`], with `extra` connector properties over the defaults.
+    pub async fn start_configured(
+        stack: &Stack,
+        name: &str,
+        converter: Converter,
+        extra: Value,
+    ) -> Self {
         let table = format!("public.{name}");
         let c = Self {
             converter,
+            extra,
             name: name.to_owned(),
             topic: format!("{name}.{table}"),
             table,
@@ -123,6 +136,11 @@ impl Connector {
                 config[format!("{side}.converter.schemas.enable")] = json!(schemas.to_string());
             }
         }
+        if let Value::Object(extra) = &self.extra {
+            for (k, v) in extra {
+                config[k] = v.clone();
+            }
+        }
         config
     }
 
@@ -175,8 +193,9 @@ impl Connector {
     }
 }
 
-/// Debezium creates the topic with its first event; subscribe once it exists.
-async fn wait_for_topic(stack: &Stack, topic: &str) -> StreamConsumer {
+/// Waits until `topic` exists with partitions (Debezium creates topics with their first
+/// event); panics after 60 s.
+pub async fn wait_for_topic_to_exist(stack: &Stack, topic: &str) {
     let probe: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", &stack.kafka_brokers)
         .create()
@@ -192,6 +211,11 @@ async fn wait_for_topic(stack: &Stack, topic: &str) -> StreamConsumer {
     })
     .await;
     assert!(found.is_some(), "topic {topic} did not appear within 60 s");
+}
+
+/// Debezium creates the topic with its first event; subscribe once it exists.
+async fn wait_for_topic(stack: &Stack, topic: &str) -> StreamConsumer {
+    wait_for_topic_to_exist(stack, topic).await;
     let consumer: StreamConsumer = ClientConfig::new()
         .set("bootstrap.servers", &stack.kafka_brokers)
         .set("group.id", unique("test-group"))

@@ -27,6 +27,12 @@ pub(crate) struct PartitionLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct NonDataLabels {
+    pub(crate) topic: String,
+    pub(crate) kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct ComponentLabels {
     pub(crate) component: &'static str,
 }
@@ -51,6 +57,8 @@ pub(crate) struct Metrics {
     pub(crate) retries: Family<ComponentLabels, Counter>,
     /// Records copied to the dead-letter topic, by their topic.
     pub(crate) dead_letters: Family<TopicLabels, Counter>,
+    /// Records that are not rows (heartbeats, schema changes, …), by topic and kind.
+    pub(crate) non_data: Family<NonDataLabels, Counter>,
     pub(crate) registry_cache_hits: Counter<u64, AtomicU64>,
     pub(crate) registry_cache_misses: Counter<u64, AtomicU64>,
 }
@@ -129,6 +137,13 @@ impl Metrics {
             "Records that could not be decoded, copied to the dead-letter topic",
             dead_letters.clone(),
         );
+        let non_data = Family::<NonDataLabels, Counter>::default();
+        registry.register(
+            "non_data_records",
+            "Records that are not rows (heartbeat, schema-change, transaction, message, \
+             notification, signal), skipped or routed by [kafka.non-data]",
+            non_data.clone(),
+        );
         let registry_cache_hits = Counter::default();
         registry.register(
             "registry_cache_hits",
@@ -154,6 +169,7 @@ impl Metrics {
             replica_stuck_partitions,
             retries,
             dead_letters,
+            non_data,
             registry_cache_hits,
             registry_cache_misses,
         }

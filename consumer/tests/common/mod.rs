@@ -9,8 +9,10 @@ use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use arrow_array::RecordBatch;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type};
+use arrow_schema::SchemaRef;
 use futures::TryStreamExt;
 use lakesink_tests::workload::Table;
 use lakesink_tests::{Stack, unique};
@@ -235,12 +237,12 @@ allow-http = true
         )
     }
 
-    /// (partition, offset) of every row in every data file, and the number of files.
-    pub async fn rows(&self) -> (Vec<(i32, i64)>, usize) {
+    /// Each data file under `topics/{under}`: its Arrow schema (as stored) and its rows.
+    pub async fn files(&self, under: &str) -> Vec<(SchemaRef, Vec<RecordBatch>)> {
         let store = self.store();
-        let prefix = Path::from(format!("{}/topics", self.prefix));
+        let prefix = Path::from(format!("{}/topics/{under}", self.prefix));
         let metas: Vec<_> = store.list(Some(&prefix)).try_collect().await.expect("list");
-        let mut rows = Vec::new();
+        let mut files = Vec::new();
         for m in &metas {
             let bytes = store
                 .get(&m.location)
@@ -250,11 +252,24 @@ allow-http = true
                 .await
                 .expect("bytes");
             let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
-                .unwrap_or_else(|e| panic!("{} is not Parquet: {e}", m.location))
+                .unwrap_or_else(|e| panic!("{} is not Parquet: {e}", m.location));
+            let schema = reader.schema().clone();
+            let batches = reader
                 .build()
-                .expect("reader");
-            for batch in reader {
-                let batch = batch.expect("batch");
+                .expect("reader")
+                .collect::<Result<Vec<_>, _>>()
+                .expect("batch");
+            files.push((schema, batches));
+        }
+        files
+    }
+
+    /// (partition, offset) of every row in every data file, and the number of files.
+    pub async fn rows(&self) -> (Vec<(i32, i64)>, usize) {
+        let files = self.files("").await;
+        let mut rows = Vec::new();
+        for (_, batches) in &files {
+            for batch in batches {
                 let p = batch
                     .column_by_name("__partition")
                     .expect("__partition")
@@ -267,7 +282,17 @@ allow-http = true
             }
         }
         rows.sort();
-        (rows, metas.len())
+        (rows, files.len())
+    }
+}
+
+/// Runs each statement in order; a failure names it.
+pub async fn exec(pg: &sqlx::PgPool, sqls: &[String]) {
+    for sql in sqls {
+        sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+            .execute(pg)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
 }
 

@@ -62,6 +62,7 @@ pub fn shape(batch: &ChangeBatch, content: Content) -> Result<RecordBatch, Strin
                 }
                 ValueShape::Flattened => rows.column_by_name("after").cloned(),
                 ValueShape::KeyOnly => rows.column_by_name("key").cloned(),
+                ValueShape::NonData(_) => rows.column_by_name("value").cloned(),
             };
             let mut names: Vec<String> = Vec::new();
             if let Some(image) = &image

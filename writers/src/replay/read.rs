@@ -9,7 +9,7 @@ use arrow_array::{Array, RecordBatch};
 use arrow_schema::{DataType, Fields, Schema, SchemaRef};
 use bytes::Bytes;
 use futures::StreamExt;
-use lakesink_schema_registry::{ChangeBatch, ValueShape};
+use lakesink_schema_registry::{ChangeBatch, NON_DATA_METADATA, NonData, ValueShape};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -210,6 +210,11 @@ fn decode_segment(
     for (key, bytes) in blobs {
         let len = bytes.len() as u64;
         match decode_file(topic, partition, (start, last), &key, bytes) {
+            // Records that are not rows, which `[kafka.non-data]` kept: nothing to apply.
+            Ok(f) if matches!(f.shape, ValueShape::NonData(_)) => {
+                out.files += 1;
+                out.bytes += len;
+            }
             Ok(f) => {
                 out.files += 1;
                 out.bytes += len;
@@ -410,7 +415,17 @@ fn change_columns(schema: &SchemaRef) -> Result<(Vec<usize>, ValueShape, SchemaR
     expect(6, "key", &|t| matches!(t, DataType::Struct(_)))?;
     let fields: Fields = schema.fields().iter().skip(2).cloned().collect();
     let has = |n: &str| fields.iter().any(|f| f.name() == n);
-    let shape = if has("op") {
+    let non_data = fields
+        .iter()
+        .find_map(|f| f.metadata().get(NON_DATA_METADATA))
+        .map(|name| {
+            NonData::from_name(name)
+                .ok_or_else(|| unreplayable(format!("unknown non-data kind {name:?}")))
+        })
+        .transpose()?;
+    let shape = if let Some(kind) = non_data {
+        ValueShape::NonData(kind)
+    } else if has("op") {
         ValueShape::Envelope
     } else if has("after") {
         ValueShape::Flattened

@@ -9,8 +9,11 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
 use base64::Engine;
 use bytes::Bytes;
+use futures::StreamExt;
 use lakesink_config::{RawConfig, ReplicaConfig};
-use lakesink_schema_registry::{ChangeBatch, ChangeDecoder, FixedResolver, Format, KafkaRecord};
+use lakesink_schema_registry::{
+    ChangeBatch, ChangeDecoder, FixedResolver, Format, KafkaRecord, NonData,
+};
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
@@ -479,4 +482,99 @@ fn flattened_content_is_refused() {
         .err()
         .expect("refused");
     assert!(err.to_string().contains("flattened"), "{err}");
+}
+
+#[tokio::test]
+async fn non_data_records_kept_in_the_raw_layer_are_passed_over_by_replay() {
+    const HEARTBEATS: &str = "__debezium-heartbeat.t";
+    let mut routes = lakesink_schema_registry::Routes::default();
+    routes.set(NonData::Heartbeat, lakesink_schema_registry::Route::Keep);
+    let mut dec =
+        ChangeDecoder::new(FixedResolver::new(), Format::ConnectJson, 4096).with_routes(routes);
+    let key = json!({"schema": {"type": "struct", "name": "io.debezium.connector.common.ServerNameKey",
+        "fields": [field("string", "serverName", false)]}, "payload": {"serverName": "t"}});
+    let value = |ts: i64| {
+        json!({"schema": {"type": "struct", "name": "io.debezium.connector.common.Heartbeat",
+            "fields": [field("int64", "ts_ms", false)]}, "payload": {"ts_ms": ts}})
+    };
+    let mut batches = live_batches(12).await;
+    for offset in 0..3 {
+        let (k, v) = (key.to_string(), value(T0 + offset).to_string());
+        let pushed = dec
+            .push(KafkaRecord {
+                topic: HEARTBEATS,
+                partition: 0,
+                offset,
+                timestamp: Some(T0 + offset * STEP),
+                key: Some(k.as_bytes()),
+                value: Some(v.as_bytes()),
+                headers: &|_: &str| None,
+            })
+            .await
+            .expect("decode");
+        assert_eq!(pushed.non_data, Some(NonData::Heartbeat));
+        batches.extend(pushed.completed);
+    }
+    batches.extend(dec.finish_all().expect("finish"));
+    let config = raw_config("");
+    let store = write_raw(&config, &batches).await;
+
+    // The raw layer holds the heartbeats as written, marked as what they are.
+    let files: Vec<_> = store
+        .list(Some(&Path::from(format!("topics/{HEARTBEATS}"))))
+        .map(|m| m.expect("list").location)
+        .collect::<Vec<_>>()
+        .await;
+    assert!(!files.is_empty(), "no heartbeat files");
+    let mut ts = Vec::new();
+    for f in &files {
+        let bytes = store
+            .get(f)
+            .await
+            .expect("get")
+            .bytes()
+            .await
+            .expect("bytes");
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
+            .expect("parquet");
+        let schema = reader.schema().clone();
+        let value = schema.field_with_name("value").expect("value column");
+        assert_eq!(
+            value
+                .metadata()
+                .get(lakesink_schema_registry::NON_DATA_METADATA),
+            Some(&"heartbeat".to_owned())
+        );
+        for b in reader.build().expect("reader") {
+            let b = b.expect("batch");
+            let v = b.column_by_name("value").expect("value").as_struct();
+            ts.extend(
+                v.column(0)
+                    .as_primitive::<Int64Type>()
+                    .values()
+                    .iter()
+                    .copied(),
+            );
+        }
+    }
+    ts.sort_unstable();
+    assert_eq!(ts, [T0, T0 + 1, T0 + 2]);
+
+    // Replay of every topic applies the rows and passes over the heartbeats, no problem.
+    let raw = RawLayer::with_store(&config, store, String::new()).expect("raw layer");
+    let sel = Selection {
+        topics: TopicFilter::All,
+        ..Selection::default()
+    };
+    let plan = plan(&raw, &sel, &HashMap::new()).await.expect("plan");
+    assert!(plan.problems.is_empty(), "{:?}", plan.problems);
+    assert!(plan.partitions.iter().any(|p| p.topic == HEARTBEATS));
+    let replayed = read_all(&raw, &plan).await.expect("read");
+    assert!(replayed.iter().all(|b| &*b.topic == TOPIC));
+    let rows: Vec<_> = batches
+        .iter()
+        .filter(|b| &*b.topic == TOPIC)
+        .cloned()
+        .collect();
+    assert_eq!(offsets_and_ops(&replayed), offsets_and_ops(&rows));
 }
