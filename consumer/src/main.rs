@@ -156,6 +156,8 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn run(config: &Config, telemetry: Arc<Telemetry>) -> anyhow::Result<()> {
+    // Subscribed first: librdkafka joins the group in the background while the sinks connect.
+    let subscribed = kafka::subscribe(&config.kafka, Some(telemetry.clone()))?;
     let raw = config.raw.as_ref().map(ParquetWriter::new).transpose()?;
     let dead = DeadLetters::new(&config.kafka, &config.errors)?.map(Arc::new);
     let replica = match &config.replica {
@@ -180,11 +182,29 @@ async fn run(config: &Config, telemetry: Arc<Telemetry>) -> anyhow::Result<()> {
         format @ Format::Avro { .. } => {
             let registry =
                 CachedResolver::new(HttpRegistry::new(registry_config(&config.registry)?)?);
-            pipeline::run(&config.kafka, registry, format, sinks, shutdown, dead).await
+            pipeline::run(
+                &config.kafka,
+                subscribed,
+                registry,
+                format,
+                sinks,
+                shutdown,
+                dead,
+            )
+            .await
         }
         format => {
             let resolver = FixedResolver::new();
-            pipeline::run(&config.kafka, resolver, format, sinks, shutdown, dead).await
+            pipeline::run(
+                &config.kafka,
+                subscribed,
+                resolver,
+                format,
+                sinks,
+                shutdown,
+                dead,
+            )
+            .await
         }
     }
 }

@@ -97,6 +97,7 @@ impl Pending {
 /// Runs until SIGINT/SIGTERM or an error that retrying cannot fix.
 pub(crate) async fn run<R: SchemaResolver>(
     config: &KafkaConfig,
+    (consumer, revoked): (kafka::GroupConsumer, kafka::Revoked),
     resolver: R,
     format: Format,
     sinks: Sinks,
@@ -104,7 +105,6 @@ pub(crate) async fn run<R: SchemaResolver>(
     dead_letters: Option<Arc<DeadLetters>>,
 ) -> anyhow::Result<()> {
     let telemetry = sinks.telemetry.clone();
-    let (consumer, revoked) = kafka::subscribe(config, Some(telemetry.clone()))?;
     let consumer = Arc::new(consumer);
     let replica = sinks.replica.as_ref().map(|r| r.offsets());
     let raw_on = sinks.raw.is_some();
