@@ -33,6 +33,10 @@ const TICK: Duration = Duration::from_millis(200);
 /// auto-commit sends metadata only with an offset that moved). librdkafka's default
 /// auto-commit interval.
 const METADATA_EVERY: Duration = Duration::from_secs(5);
+/// Once everything consumed is durable, the offsets are committed at once rather than at the
+/// next auto-commit, at most this often: Kafka's lag reads zero as soon as lakesink has caught
+/// up (librdkafka's auto-commit interval is 5 s by default).
+const CAUGHT_UP_EVERY: Duration = Duration::from_millis(100);
 
 /// The committed metadata that names the raw layer's resume point, when Kafka's offset is
 /// the replica's, below it. A restart reads it so that the raw layer skips what it holds
@@ -121,6 +125,8 @@ struct Progress {
     /// Partitions whose raw point moved while their offset did not: committed explicitly.
     metadata_dirty: HashSet<Part>,
     metadata_sent: Option<Instant>,
+    /// The last commit made because everything consumed was durable.
+    caught_up_sent: Option<Instant>,
     raw_floor: HashMap<Part, i64>,
     /// Partitions paused at the consumer because their replica lane is stuck.
     paused: HashSet<Part>,
@@ -150,7 +156,9 @@ pub(crate) async fn run(
                     Ok(r) => uploaded(r, &progress, &sinks.telemetry),
                     Err(e) => progress.raw_failed(&mut sinks, e)?,
                 }
-                progress.store(&consumer, &sinks);
+                if progress.store(&consumer, &sinks) {
+                    progress.commit_if_caught_up(&consumer);
+                }
             }
             due = progress.raw_out.probed(&sinks.telemetry), if progress.raw_out.probing() => {
                 rewinds.push(due);
@@ -160,7 +168,9 @@ pub(crate) async fn run(
                 if let Some(rep) = &mut sinks.replica {
                     rep.start();
                 }
-                progress.store(&consumer, &sinks);
+                if progress.store(&consumer, &sinks) {
+                    progress.commit_if_caught_up(&consumer);
+                }
             }
             _ = tick.tick() => {
                 if let Some(raw) = &mut sinks.raw
@@ -363,7 +373,8 @@ impl Progress {
     /// durable in every sink. With both sinks on and the replica behind, the raw layer's own
     /// point goes in the metadata, so that a restart from the replica's offset does not
     /// write the raw layer's files again.
-    fn store(&mut self, consumer: &GroupConsumer, sinks: &Sinks) {
+    /// Returns whether any moved.
+    fn store(&mut self, consumer: &GroupConsumer, sinks: &Sinks) -> bool {
         let mut list = TopicPartitionList::new();
         for (part, &next) in &self.consumed {
             let raw = sinks.raw.as_ref().map(|raw| {
@@ -399,6 +410,28 @@ impl Progress {
         {
             // A partition revoked a moment ago; its new owner starts from what was committed.
             warn!(error = %e, "storing offsets");
+        }
+        list.count() > 0
+    }
+
+    /// Commits the stored offsets now when every partition's is its consumed offset: all that
+    /// was read is durable in every sink. Errors are left to the next auto-commit.
+    fn commit_if_caught_up(&mut self, consumer: &GroupConsumer) {
+        let caught_up = !self.consumed.is_empty()
+            && self
+                .consumed
+                .iter()
+                .all(|(part, &next)| self.stored.get(part).is_some_and(|(m, _)| *m == next));
+        if !caught_up
+            || self
+                .caught_up_sent
+                .is_some_and(|t| t.elapsed() < CAUGHT_UP_EVERY)
+        {
+            return;
+        }
+        self.caught_up_sent = Some(Instant::now());
+        if let Err(e) = consumer.commit_consumer_state(CommitMode::Async) {
+            debug!(error = %e, "committing offsets on catching up");
         }
     }
 

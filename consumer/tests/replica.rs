@@ -108,6 +108,52 @@ async fn the_replica_alone_resumes_from_its_own_offsets() {
     assert_eq!(replica_state(&stack, &topic).await, expected_table(count));
 }
 
+/// Kafka hears of what is durable as soon as lakesink has caught up, not at the next
+/// auto-commit: with the auto-commit ten minutes apart, the committed offsets still reach the
+/// end within seconds, and the replica holds every row.
+#[tokio::test(flavor = "multi_thread")]
+async fn caught_up_offsets_are_committed_without_waiting_for_the_auto_commit() {
+    let stack = Stack::from_env();
+    let topic = unique("caught-up");
+    let partitions = 2;
+    let table = Arc::new(Table::create(&stack, &topic, partitions).await);
+    let run = Run::with(stack.clone(), &topic, partitions, None, &replica(&stack));
+    let config = std::fs::read_to_string(&run.config).expect("config");
+    let slow = config.replace(
+        "\"heartbeat.interval.ms\" = \"1000\"",
+        "\"heartbeat.interval.ms\" = \"1000\", \"auto.commit.interval.ms\" = \"600000\"",
+    );
+    assert_ne!(slow, config, "the auto-commit interval is set");
+    std::fs::write(&run.config, slow).expect("config");
+    produce_range(&stack, &table, partitions, 0..2_000).await;
+    let (_, end) = expected(partitions, 2_000);
+    let child = Killed(run.start(None));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while run.committed() != end {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "committed {:?}, want {end:?}; log:\n{}",
+            run.committed(),
+            run.log_tail()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    // More records later: committed again once applied, still long before the auto-commit.
+    produce_range(&stack, &table, partitions, 2_000..3_000).await;
+    let (_, end) = expected(partitions, 3_000);
+    while run.committed() != end {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "committed {:?}, want {end:?}; log:\n{}",
+            run.committed(),
+            run.log_tail()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    drop(child);
+    assert_eq!(replica_state(&stack, &topic).await, expected_table(3_000));
+}
+
 /// A slow replica table holds back only its own lane: with one table locked by another
 /// session, the partitions of its lane pause at the consumer while the other topic's rows
 /// keep arriving in the replica; unlocked, the first catches up.
