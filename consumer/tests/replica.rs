@@ -129,27 +129,22 @@ async fn caught_up_offsets_are_committed_without_waiting_for_the_auto_commit() {
     let (_, end) = expected(partitions, 2_000);
     let child = Killed(run.start(None));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while run.committed() != end {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "committed {:?}, want {end:?}; log:\n{}",
-            run.committed(),
-            run.log_tail()
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
+    let run = &run;
+    let wait = |end: std::collections::BTreeMap<i32, i64>| async move {
+        while run.committed() != end {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "committed {:?}, want {end:?}; log:\n{}",
+                run.committed(),
+                run.log_tail()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    };
+    wait(end).await;
     // More records later: committed again once applied, still long before the auto-commit.
     produce_range(&stack, &table, partitions, 2_000..3_000).await;
-    let (_, end) = expected(partitions, 3_000);
-    while run.committed() != end {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "committed {:?}, want {end:?}; log:\n{}",
-            run.committed(),
-            run.log_tail()
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
+    wait(expected(partitions, 3_000).1).await;
     drop(child);
     assert_eq!(replica_state(&stack, &topic).await, expected_table(3_000));
 }
