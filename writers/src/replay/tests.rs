@@ -136,6 +136,24 @@ fn event(i: i64) -> (Vec<u8>, Option<Vec<u8>>) {
     )
 }
 
+/// A record of partition 0 at `offset`, its time `STEP` after the one before.
+fn record<'a>(
+    topic: &'a str,
+    offset: i64,
+    key: &'a [u8],
+    value: Option<&'a [u8]>,
+) -> KafkaRecord<'a> {
+    KafkaRecord {
+        topic,
+        partition: 0,
+        offset,
+        timestamp: Some(T0 + offset * STEP),
+        key: Some(key),
+        value,
+        headers: &|_: &str| None,
+    }
+}
+
 /// Decodes `count` records as the live path does (batches handed over every 5 records), a
 /// tombstone after each delete.
 async fn live_batches(count: i64) -> Vec<ChangeBatch> {
@@ -150,15 +168,7 @@ async fn live_batches(count: i64) -> Vec<ChangeBatch> {
         }
         for (key, value) in records {
             let pushed = dec
-                .push(KafkaRecord {
-                    topic: TOPIC,
-                    partition: 0,
-                    offset,
-                    timestamp: Some(T0 + offset * STEP),
-                    key: Some(&key),
-                    value: value.as_deref(),
-                    headers: &|_: &str| None,
-                })
+                .push(record(TOPIC, offset, &key, value.as_deref()))
                 .await
                 .expect("decode");
             out.extend(pushed.completed);
@@ -501,15 +511,7 @@ async fn non_data_records_kept_in_the_raw_layer_are_passed_over_by_replay() {
     for offset in 0..3 {
         let (k, v) = (key.to_string(), value(T0 + offset).to_string());
         let pushed = dec
-            .push(KafkaRecord {
-                topic: HEARTBEATS,
-                partition: 0,
-                offset,
-                timestamp: Some(T0 + offset * STEP),
-                key: Some(k.as_bytes()),
-                value: Some(v.as_bytes()),
-                headers: &|_: &str| None,
-            })
+            .push(record(HEARTBEATS, offset, k.as_bytes(), Some(v.as_bytes())))
             .await
             .expect("decode");
         assert_eq!(pushed.non_data, Some(NonData::Heartbeat));
