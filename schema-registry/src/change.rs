@@ -148,12 +148,22 @@ impl ChangeError {
 struct Prepared {
     schema: WriterSchema,
     shape: Result<ValueShape, NonData>,
+    /// As a key schema: the kind of non-data record it keys (`ServerNameKey`, …), if any.
+    key_kind: Option<NonData>,
 }
 
 impl Prepared {
     fn new(schema: WriterSchema) -> Arc<Self> {
         let shape = classify(&schema.root);
-        Arc::new(Self { schema, shape })
+        let key_kind = match &schema.root {
+            Node::Record { name, .. } => NonData::of_key_record_name(name),
+            _ => None,
+        };
+        Arc::new(Self {
+            schema,
+            shape,
+            key_kind,
+        })
     }
 }
 
@@ -345,6 +355,13 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
             Some(k) => Some(self.prepare(&k.schema).await.map_err(at(Side::Key))?),
             None => None,
         };
+        // A tombstone keyed like a non-data record is never a delete; it is not kept either
+        // (there is no value to keep).
+        if value.is_none()
+            && let Some(kind) = key_prepared.as_ref().and_then(|p| p.key_kind)
+        {
+            return self.not_a_row(kind).map_err(at(Side::Key));
+        }
 
         let part = (self.topic(record.topic), record.partition);
         let key_schema = key.as_ref().map(|k| k.schema.clone());

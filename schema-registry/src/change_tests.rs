@@ -15,6 +15,7 @@ const HEARTBEAT: i64 = 3;
 const FLAT: i64 = 4;
 const ENVELOPE_V2: i64 = 5;
 const MESSAGE: i64 = 6;
+const SERVER_KEY: i64 = 7;
 
 fn framed(id: i64, datum: Vec<u8>) -> Vec<u8> {
     let mut out = vec![0];
@@ -51,6 +52,8 @@ fn resolver() -> FixedResolver {
             "fields": [{"name": "ts_ms", "type": "long"}]}).to_string())
         .with(id(MESSAGE), json!({"type": "record", "name": "MessageValue", "namespace": "io.debezium.connector.postgresql",
             "fields": [{"name": "op", "type": "string"}, {"name": "ts_ms", "type": "long"}]}).to_string())
+        .with(id(SERVER_KEY), json!({"type": "record", "name": "ServerNameKey", "namespace": "io.debezium.connector.common",
+            "fields": [{"name": "serverName", "type": "string"}]}).to_string())
         .with(id(FLAT), json!({"type": "record", "name": "Value", "namespace": "t.public.x", "fields": [
             {"name": "id", "type": "long"}, {"name": "__deleted", "type": ["null", "string"], "default": null}]}).to_string())
 }
@@ -336,6 +339,33 @@ async fn kept_non_data_records_are_one_value_column_in_their_own_batch() {
 
     assert_eq!(messages.shape, ValueShape::NonData(NonData::Message));
     assert_eq!(ops(&messages), ["m"]);
+}
+
+#[tokio::test]
+async fn tombstones_keyed_like_non_data_records_are_never_deletes() {
+    let hb_key = framed(SERVER_KEY, string("demo"));
+    for route in [Route::Skip, Route::Keep] {
+        let mut routes = Routes::default();
+        routes.set(NonData::Heartbeat, route);
+        let mut dec = ChangeDecoder::new(resolver(), AVRO, 100).with_routes(routes);
+        let pushed = push(&mut dec, 0, Some(&hb_key), None).await.unwrap();
+        assert_eq!(pushed.non_data, Some(NonData::Heartbeat), "{route:?}");
+        assert!(dec.finish_all().unwrap().is_empty(), "{route:?}");
+    }
+    let mut routes = Routes::default();
+    routes.set(NonData::Heartbeat, Route::Refuse);
+    let mut dec = ChangeDecoder::new(resolver(), AVRO, 100).with_routes(routes);
+    let err = push(&mut dec, 4, Some(&hb_key), None).await.unwrap_err();
+    assert!(
+        matches!(err.kind, ChangeErrorKind::NonData(NonData::Heartbeat)),
+        "{err}"
+    );
+    // A table's tombstone is still a delete.
+    let mut dec = ChangeDecoder::new(resolver(), AVRO, 100);
+    let pushed = push(&mut dec, 0, Some(&key(3)), None).await.unwrap();
+    assert_eq!(pushed.non_data, None);
+    let b = dec.finish_all().unwrap().remove(0);
+    assert_eq!((b.shape, ops(&b)), (ValueShape::KeyOnly, vec!["d"]));
 }
 
 #[tokio::test]

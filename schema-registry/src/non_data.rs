@@ -64,6 +64,20 @@ impl NonData {
     }
 }
 
+impl NonData {
+    /// The kind a key schema's record name marks, if any: tombstones have only a key.
+    pub(crate) fn of_key_record_name(name: &str) -> Option<NonData> {
+        let debezium = name.starts_with("io.debezium.");
+        match name.rsplit('.').next().unwrap_or(name) {
+            "ServerNameKey" if debezium => Some(NonData::Heartbeat),
+            "SchemaChangeKey" if debezium => Some(NonData::SchemaChange),
+            "TransactionMetadataKey" if debezium => Some(NonData::TransactionMetadata),
+            "MessageKey" if debezium => Some(NonData::Message),
+            _ => None,
+        }
+    }
+}
+
 impl std::fmt::Display for NonData {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
@@ -169,6 +183,22 @@ mod tests {
         assert_eq!(
             of("io.debezium.connector.common.Notification"),
             Some(NonData::Notification)
+        );
+        assert_eq!(
+            NonData::of_key_record_name("io.debezium.connector.common.ServerNameKey"),
+            Some(NonData::Heartbeat)
+        );
+        assert_eq!(
+            NonData::of_key_record_name("io.debezium.connector.mysql.SchemaChangeKey"),
+            Some(NonData::SchemaChange)
+        );
+        assert_eq!(
+            NonData::of_key_record_name("demo.public.ServerNameKey"),
+            None
+        );
+        assert_eq!(
+            NonData::of_key_record_name("demo.public.customers.Key"),
+            None
         );
         // A table named notification is a table.
         assert_eq!(of("demo.public.notification.Value"), None);
