@@ -125,8 +125,10 @@ struct Progress {
     /// Partitions whose raw point moved while their offset did not: committed explicitly.
     metadata_dirty: HashSet<Part>,
     metadata_sent: Option<Instant>,
-    /// The last commit made because everything consumed was durable.
+    /// The last commit made because everything consumed was durable, and whether one was
+    /// held back since by [`CAUGHT_UP_EVERY`].
     caught_up_sent: Option<Instant>,
+    caught_up_due: bool,
     raw_floor: HashMap<Part, i64>,
     /// Partitions paused at the consumer because their replica lane is stuck.
     paused: HashSet<Part>,
@@ -182,6 +184,9 @@ pub(crate) async fn run(
                     progress.raw_out.probe_if_due(raw);
                 }
                 progress.store(&consumer, &sinks);
+                if progress.caught_up_due {
+                    progress.commit_if_caught_up(&consumer);
+                }
                 progress.commit_metadata(&consumer, false);
             }
             item = items.recv(), if accept => match item {
@@ -422,11 +427,12 @@ impl Progress {
                 .consumed
                 .iter()
                 .all(|(part, &next)| self.stored.get(part).is_some_and(|(m, _)| *m == next));
-        if !caught_up
-            || self
+        // Too soon after the last one: the next tick commits, if still caught up.
+        self.caught_up_due = caught_up
+            && self
                 .caught_up_sent
-                .is_some_and(|t| t.elapsed() < CAUGHT_UP_EVERY)
-        {
+                .is_some_and(|t| t.elapsed() < CAUGHT_UP_EVERY);
+        if !caught_up || self.caught_up_due {
             return;
         }
         self.caught_up_sent = Some(Instant::now());
