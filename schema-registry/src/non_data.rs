@@ -62,9 +62,7 @@ impl NonData {
             _ => None,
         }
     }
-}
 
-impl NonData {
     /// The kind a key schema's record name marks, if any: tombstones have only a key.
     pub(crate) fn of_key_record_name(name: &str) -> Option<NonData> {
         let debezium = name.starts_with("io.debezium.");
