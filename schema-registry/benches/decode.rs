@@ -1,6 +1,7 @@
 //! Decoding Debezium change events of a 20-column table (inserts: `after` only; updates:
-//! `before` and `after`; with the PostgreSQL `source` block, op, ts_ms) into Arrow, against
-//! apache-avro's `Value` path. Run it on one core: `taskset -c 1 cargo bench …`.
+//! `before` and `after`; with the PostgreSQL `source` block, op, ts_ms) into Arrow: the direct
+//! decoder, the two-pass path (validation, then arrow-avro) it replaced, and apache-avro's
+//! `Value` path. Run it on one core: `taskset -c 1 cargo bench …`.
 //!
 //!     cargo bench -p lakesink-schema-registry --bench decode
 
@@ -176,21 +177,31 @@ fn events(c: &mut Criterion, update: bool) {
     let bytes: usize = datums.iter().map(Vec::len).sum();
     let kind = if update { "updates" } else { "inserts" };
     eprintln!("{ROWS} {kind}, {} bytes on average", bytes / ROWS);
-    let mut decoder = AvroBatchDecoder::new(&writer, BATCH).expect("decoder");
-    let mut rows = 0;
-    for chunk in datums.chunks(BATCH) {
-        for d in chunk {
-            decoder.push(d).expect("valid datum");
-        }
-        rows += decoder.flush().expect("flush").expect("rows").num_rows();
-    }
-    assert_eq!(rows, ROWS);
+    let direct = AvroBatchDecoder::new(&writer, BATCH).expect("decoder");
+    assert!(direct.is_direct());
+    let two_pass = AvroBatchDecoder::via_arrow_avro(&writer, BATCH).expect("decoder");
 
     let mut group = c.benchmark_group(format!("debezium_envelope_20_columns/{kind}"));
     group.throughput(Throughput::Elements(ROWS as u64));
-    group.bench_function(
-        "lakesink: validate + arrow-avro + Debezium types -> RecordBatch",
-        |b| {
+    for (name, mut decoder) in [
+        (
+            "lakesink: direct decoder + Debezium types -> RecordBatch",
+            direct,
+        ),
+        (
+            "lakesink, two-pass: validate + arrow-avro + Debezium types -> RecordBatch",
+            two_pass,
+        ),
+    ] {
+        let mut rows = 0;
+        for chunk in datums.chunks(BATCH) {
+            for d in chunk {
+                decoder.push(d).expect("valid datum");
+            }
+            rows += decoder.flush().expect("flush").expect("rows").num_rows();
+        }
+        assert_eq!(rows, ROWS);
+        group.bench_function(name, |b| {
             b.iter(|| {
                 for chunk in datums.chunks(BATCH) {
                     for d in chunk {
@@ -199,8 +210,8 @@ fn events(c: &mut Criterion, update: bool) {
                     black_box(decoder.flush().expect("flush"));
                 }
             })
-        },
-    );
+        });
+    }
     group.bench_function("validate only", |b| {
         b.iter(|| {
             for d in &datums {

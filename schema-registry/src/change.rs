@@ -205,6 +205,8 @@ pub struct ChangeDecoder<R> {
     /// take that batch down with it.
     ready: Vec<ChangeBatch>,
     cache: CacheStats,
+    /// Decoders built on the two-pass path (validation, then arrow-avro).
+    two_pass: u64,
 }
 
 /// Writer-schema lookups: answered from the decoder's cache, or sent to the resolver.
@@ -228,7 +230,13 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
             spare: HashMap::default(),
             ready: Vec::new(),
             cache: CacheStats::default(),
+            two_pass: 0,
         }
+    }
+
+    /// How many batch decoders were built for schemas the one-pass decoder does not cover.
+    pub fn two_pass_decoders(&self) -> u64 {
+        self.two_pass
     }
 
     /// What to do with each kind of non-data record (all skipped by default).
@@ -447,7 +455,11 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
     ) -> Result<AvroBatchDecoder, crate::avro::DecodeError> {
         match self.spare.get_mut(schema).and_then(Vec::pop) {
             Some(d) => Ok(d),
-            None => AvroBatchDecoder::new(&prepared.schema, self.batch_rows),
+            None => {
+                let decoder = AvroBatchDecoder::new(&prepared.schema, self.batch_rows)?;
+                self.two_pass += u64::from(!decoder.is_direct());
+                Ok(decoder)
+            }
         }
     }
 

@@ -264,5 +264,10 @@ pub async fn decode_all(
         out.extend(pushed.completed);
     }
     out.extend(decoder.finish_all().expect("finish"));
+    assert_eq!(
+        decoder.two_pass_decoders(),
+        0,
+        "every schema here decodes in one pass"
+    );
     out
 }

@@ -1,5 +1,7 @@
-//! Arbitrary datums against a Debezium envelope schema: each is decoded whole or refused with a
-//! typed error, never a panic, and whatever was refused leaves the batch decodable.
+//! Arbitrary datums against Debezium envelope schemas: each is decoded whole or refused with a
+//! typed error, never a panic, and whatever was refused leaves the batch decodable. One schema
+//! has types only the validator + arrow-avro path decodes; on the other, the direct decoder and
+//! that path must accept the same datums and flush equal batches.
 #![no_main]
 
 use std::cell::RefCell;
@@ -29,26 +31,57 @@ const SCHEMA: &str = r#"{"type":"record","name":"Envelope","namespace":"fuzz.pub
  {"name":"op","type":"string"},
  {"name":"ts_ms","type":["null","long"],"default":null}]}"#;
 
-thread_local! {
-    // One decoder for the whole run, as in the pipeline: refusals must not leak into later rows.
-    static DECODER: RefCell<AvroBatchDecoder> = RefCell::new(
-        AvroBatchDecoder::new(&WriterSchema::parse_text(SCHEMA).expect("schema"), 64).expect("decoder"),
-    );
+/// The first schema without the map, the enum and the three-branch union.
+fn direct_schema() -> String {
+    SCHEMA
+        .lines()
+        .filter(|l| !["\"attrs\"", "\"mood\"", "\"f\""].iter().any(|n| l.contains(n)))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
-fuzz_target!(|data: &[u8]| DECODER.with_borrow_mut(|decoder| {
-    let mut accepted = 0;
-    // Split the input into several datums on 0xfe 0xfe, so one run mixes good and bad ones.
-    for datum in data.split(|&b| b == 0xfe).filter(|d| !d.is_empty()) {
-        if decoder.is_full() {
-            break;
-        }
-        if decoder.push(datum).is_ok() {
-            accepted += 1;
-        }
+fn decoder(schema: &str, direct: bool) -> AvroBatchDecoder {
+    let writer = WriterSchema::parse_text(schema).expect("schema");
+    let decoder = if direct {
+        AvroBatchDecoder::new(&writer, 64)
+    } else {
+        AvroBatchDecoder::via_arrow_avro(&writer, 64)
     }
-    let rows = decoder
-        .flush()
-        .expect("a batch of validated datums always flushes");
-    assert_eq!(rows.map_or(0, |b| b.num_rows()), accepted);
-}));
+    .expect("decoder");
+    assert_eq!(decoder.is_direct(), direct);
+    decoder
+}
+
+thread_local! {
+    // Decoders for the whole run, as in the pipeline: refusals must not leak into later rows.
+    static MIXED: RefCell<AvroBatchDecoder> = RefCell::new(decoder(SCHEMA, false));
+    static DIRECT: RefCell<AvroBatchDecoder> = RefCell::new(decoder(&direct_schema(), true));
+    static REFERENCE: RefCell<AvroBatchDecoder> = RefCell::new(decoder(&direct_schema(), false));
+}
+
+/// Splits the input into several datums on 0xfe, so one run mixes good and bad ones.
+fn datums(data: &[u8]) -> impl Iterator<Item = &[u8]> {
+    data.split(|&b| b == 0xfe).filter(|d| !d.is_empty()).take(64)
+}
+
+fuzz_target!(|data: &[u8]| {
+    MIXED.with_borrow_mut(|decoder| {
+        let accepted = datums(data).filter(|d| decoder.push(d).is_ok()).count();
+        let rows = decoder
+            .flush()
+            .expect("a batch of validated datums always flushes");
+        assert_eq!(rows.map_or(0, |b| b.num_rows()), accepted);
+    });
+    DIRECT.with_borrow_mut(|direct| {
+        REFERENCE.with_borrow_mut(|reference| {
+            for datum in datums(data) {
+                let a = direct.push(datum).map_err(|e| e.to_string());
+                let b = reference.push(datum).map_err(|e| e.to_string());
+                assert_eq!(a, b, "{datum:02x?}");
+            }
+            let a = direct.flush().expect("direct flush");
+            let b = reference.flush().expect("reference flush");
+            assert_eq!(a, b);
+        })
+    });
+});

@@ -1,16 +1,19 @@
 //! Avro datums of one writer schema into Arrow record batches.
 //!
-//! arrow-avro does the decoding (fast, straight into columns). Each datum is validated first,
-//! because arrow-avro can leave half a row in its builders when a datum fails partway, which
-//! would poison every good row of the batch; a validated datum always decodes whole.
+//! Two engines, one result. Debezium's schemas go through [`DirectDecoder`], which checks and
+//! appends each value in one pass. Anything it does not cover goes through the validator, then
+//! arrow-avro: arrow-avro can leave half a row in its builders when a datum fails partway,
+//! which would poison every good row of the batch, so each datum is validated first and a
+//! validated datum always decodes whole.
 
 use arrow_array::RecordBatch;
 use arrow_avro::reader::{Decoder, DecoderMode, ReaderBuilder};
 use arrow_avro::schema::{AvroSchema, SchemaStore};
 
+use super::direct::DirectDecoder;
 use super::schema::{Node, WriterSchema};
 use super::semantic;
-use super::validate::{DatumError, validate};
+use super::validate::{Cursor, DatumError, validate};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {
@@ -36,13 +39,24 @@ enum Root {
     UnionBranch { record: usize },
 }
 
+/// Data a batch may hold before it counts as full, whatever its rows: the columns' offsets are
+/// 32-bit.
+const MAX_BATCH_BYTES: usize = 1 << 30;
+
 /// Decodes datums of one writer schema into batches of at most `batch_size` rows.
 pub struct AvroBatchDecoder {
     node: Node,
     root: Root,
-    inner: Decoder,
+    engine: Engine,
     rows: usize,
+    bytes: usize,
     batch_size: usize,
+}
+
+enum Engine {
+    Direct(DirectDecoder),
+    /// The validator, then arrow-avro.
+    ArrowAvro(Box<Decoder>),
 }
 
 impl std::fmt::Debug for AvroBatchDecoder {
@@ -56,6 +70,26 @@ impl std::fmt::Debug for AvroBatchDecoder {
 
 impl AvroBatchDecoder {
     pub fn new(schema: &WriterSchema, batch_size: usize) -> Result<Self, DecodeError> {
+        let mut decoder = Self::via_arrow_avro(schema, batch_size)?;
+        if let Engine::ArrowAvro(inner) = &decoder.engine {
+            let record = match (&decoder.root, &decoder.node) {
+                (Root::UnionBranch { record }, Node::Union(branches)) => &branches[*record],
+                (_, node) => node,
+            };
+            match DirectDecoder::new(record, inner.schema()) {
+                Some(direct) => decoder.engine = Engine::Direct(direct),
+                None => tracing::debug!(
+                    schema = %schema.json,
+                    "schema has types the one-pass decoder does not build; validating, then arrow-avro"
+                ),
+            }
+        }
+        Ok(decoder)
+    }
+
+    /// A decoder that always validates each datum, then decodes it with arrow-avro: the path
+    /// for schemas the direct decoder does not cover, and its reference in tests and benches.
+    pub fn via_arrow_avro(schema: &WriterSchema, batch_size: usize) -> Result<Self, DecodeError> {
         let (root, json) = match &schema.root {
             Node::Record { .. } => (Root::Record, schema.json.clone()),
             Node::Union(branches) => {
@@ -103,8 +137,9 @@ impl AvroBatchDecoder {
         Ok(Self {
             node: schema.root.clone(),
             root,
-            inner,
+            engine: Engine::ArrowAvro(Box::new(inner)),
             rows: 0,
+            bytes: 0,
             batch_size: batch_size.max(1),
         })
     }
@@ -115,7 +150,12 @@ impl AvroBatchDecoder {
     }
 
     pub fn is_full(&self) -> bool {
-        self.rows >= self.batch_size
+        self.rows >= self.batch_size || self.bytes >= MAX_BATCH_BYTES
+    }
+
+    /// Whether datums are decoded in one pass (the schema is one the direct decoder covers).
+    pub fn is_direct(&self) -> bool {
+        matches!(self.engine, Engine::Direct(_))
     }
 
     /// Appends one datum as a row. On error nothing is appended and the decoder stays usable.
@@ -126,41 +166,69 @@ impl AvroBatchDecoder {
                 "push into a full batch; flush first".into(),
             ));
         }
-        validate(&self.node, datum)?;
-        let body = match self.root {
-            Root::Record => datum,
-            Root::UnionBranch { record } => {
-                // Validated: one small varint, then the branch.
-                let (index, len) = branch_index(datum);
-                if index != record {
+        match &mut self.engine {
+            Engine::Direct(direct) => {
+                let mut c = Cursor::new(datum);
+                if let Root::UnionBranch { record } = self.root
+                    && usize::try_from(c.long()?).ok() != Some(record)
+                {
+                    // Not the record: the null branch if the datum is valid at all.
+                    validate(&self.node, datum)?;
                     return Err(DecodeError::NullRoot);
                 }
-                &datum[len..]
+                direct.push(&mut c)?;
             }
-        };
-        let used = self
-            .inner
-            .decode(body)
-            .map_err(|e| DecodeError::Internal(e.to_string()))?;
-        if used != body.len() {
-            return Err(DecodeError::Internal(format!(
-                "decoder used {used} of {} bytes of a valid datum",
-                body.len()
-            )));
+            Engine::ArrowAvro(inner) => push_validated(&self.node, self.root, inner, datum)?,
         }
         self.rows += 1;
+        self.bytes += datum.len();
         Ok(())
     }
 
     /// The rows pushed since the last flush, with Debezium's semantic types applied.
     pub fn flush(&mut self) -> Result<Option<RecordBatch>, DecodeError> {
-        self.rows = 0;
-        match self.inner.flush() {
-            Ok(Some(batch)) => semantic::apply(batch).map(Some),
-            Ok(None) => Ok(None),
-            Err(e) => Err(DecodeError::Internal(e.to_string())),
-        }
+        let rows = std::mem::take(&mut self.rows);
+        self.bytes = 0;
+        let batch = match &mut self.engine {
+            Engine::Direct(_) if rows == 0 => None,
+            Engine::Direct(direct) => Some(direct.flush().map_err(internal)?),
+            Engine::ArrowAvro(inner) => inner.flush().map_err(internal)?,
+        };
+        batch.map(semantic::apply).transpose()
     }
+}
+
+fn internal(e: impl std::fmt::Display) -> DecodeError {
+    DecodeError::Internal(e.to_string())
+}
+
+/// Validates the datum, then decodes it with arrow-avro.
+fn push_validated(
+    node: &Node,
+    root: Root,
+    inner: &mut Decoder,
+    datum: &[u8],
+) -> Result<(), DecodeError> {
+    validate(node, datum)?;
+    let body = match root {
+        Root::Record => datum,
+        Root::UnionBranch { record } => {
+            // Validated: one small varint, then the branch.
+            let (index, len) = branch_index(datum);
+            if index != record {
+                return Err(DecodeError::NullRoot);
+            }
+            &datum[len..]
+        }
+    };
+    let used = inner.decode(body).map_err(internal)?;
+    if used != body.len() {
+        return Err(DecodeError::Internal(format!(
+            "decoder used {used} of {} bytes of a valid datum",
+            body.len()
+        )));
+    }
+    Ok(())
 }
 
 /// The zigzag varint union index at the start of a validated datum, and its length.

@@ -1,7 +1,9 @@
-//! Avro datums to Arrow: the writer schema made self-contained, each datum validated, then
-//! decoded by arrow-avro, then Debezium's semantic types applied.
+//! Avro datums to Arrow: the writer schema made self-contained, each datum checked and decoded
+//! in one pass (or, for types that pass does not cover, validated then decoded by arrow-avro),
+//! then Debezium's semantic types applied.
 
 mod decode;
+mod direct;
 mod schema;
 mod semantic;
 mod validate;
@@ -47,3 +49,6 @@ pub(crate) mod testing {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod direct_tests;

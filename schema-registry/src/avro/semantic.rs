@@ -114,8 +114,14 @@ fn convert(
                 columns.push(c);
             }
             let fields = Fields::from(fields);
-            let array = StructArray::try_new(fields.clone(), columns, s.nulls().cloned())
-                .map_err(internal)?;
+            // With the length given, so a record of no fields keeps its rows.
+            let array = StructArray::try_new_with_length(
+                fields.clone(),
+                columns,
+                s.nulls().cloned(),
+                s.len(),
+            )
+            .map_err(internal)?;
             let field = Field::new(field.name(), DataType::Struct(fields), field.is_nullable())
                 .with_metadata(metadata);
             Ok((Arc::new(field), Arc::new(array)))

@@ -48,6 +48,8 @@ pub enum DatumError {
     },
     #[error("array or map at byte {at} claims {count} items, more than the datum can hold")]
     TooManyItems { at: usize, count: i64 },
+    #[error("the value at byte {at} would take its batch's column past 2 GiB")]
+    BatchOverflow { at: usize },
     #[error("{extra} bytes follow the datum, which ends at byte {at}: wrong schema?")]
     TrailingBytes { at: usize, extra: usize },
 }
@@ -58,28 +60,37 @@ const MAX_EMPTY_ITEMS: i64 = 1 << 20;
 
 /// Checks that `datum` is exactly one value of `node`.
 pub fn validate(node: &Node, datum: &[u8]) -> Result<(), DatumError> {
-    let mut c = Cursor { buf: datum, pos: 0 };
+    let mut c = Cursor::new(datum);
     c.value(node)?;
-    if c.pos < datum.len() {
-        return Err(DatumError::TrailingBytes {
-            at: c.pos,
-            extra: datum.len() - c.pos,
-        });
-    }
-    Ok(())
+    c.end()
 }
 
-struct Cursor<'a> {
-    buf: &'a [u8],
-    pos: usize,
+pub(super) struct Cursor<'a> {
+    pub(super) buf: &'a [u8],
+    pub(super) pos: usize,
 }
 
 // Errors are built lazily: DatumError owns strings, so an eager `ok_or` value costs a drop call
 // on every success, which showed in profiles.
 #[allow(clippy::unnecessary_lazy_evaluations)]
-impl Cursor<'_> {
+impl<'a> Cursor<'a> {
+    pub(super) fn new(buf: &'a [u8]) -> Self {
+        Self { buf, pos: 0 }
+    }
+
+    /// Whether the datum ends here.
+    pub(super) fn end(&self) -> Result<(), DatumError> {
+        if self.pos < self.buf.len() {
+            return Err(DatumError::TrailingBytes {
+                at: self.pos,
+                extra: self.buf.len() - self.pos,
+            });
+        }
+        Ok(())
+    }
+
     #[inline]
-    fn take(&mut self, n: usize) -> Result<&[u8], DatumError> {
+    pub(super) fn take(&mut self, n: usize) -> Result<&[u8], DatumError> {
         let rest = &self.buf[self.pos..];
         if n > rest.len() {
             return Err(DatumError::Truncated { at: self.buf.len() });
@@ -89,7 +100,7 @@ impl Cursor<'_> {
     }
 
     #[inline]
-    fn long(&mut self) -> Result<i64, DatumError> {
+    pub(super) fn long(&mut self) -> Result<i64, DatumError> {
         // Most longs on the wire (union branches, lengths, small numbers) are one byte.
         if let Some(&b) = self.buf.get(self.pos)
             && b < 0x80
@@ -121,12 +132,12 @@ impl Cursor<'_> {
         Err(DatumError::BadVarint { at })
     }
 
-    fn int(&mut self) -> Result<i32, DatumError> {
+    pub(super) fn int(&mut self) -> Result<i32, DatumError> {
         let at = self.pos;
         i32::try_from(self.long()?).map_err(|_| DatumError::IntOutOfRange { at })
     }
 
-    fn length(&mut self) -> Result<usize, DatumError> {
+    pub(super) fn length(&mut self) -> Result<usize, DatumError> {
         let at = self.pos;
         let len = self.long()?;
         usize::try_from(len).map_err(|_| DatumError::NegativeLength { at, len })
@@ -150,7 +161,7 @@ impl Cursor<'_> {
                 let len = self.length()?;
                 self.take(len).map(drop)
             }
-            Node::String => self.text(),
+            Node::String => self.text().map(drop),
             Node::ZonedTimestamp => {
                 let at = self.pos;
                 let text = self.string()?;
@@ -230,20 +241,20 @@ impl Cursor<'_> {
         }
     }
 
-    /// A string whose text is not needed: most are short and ASCII, which a branch-free OR of
+    /// A string's UTF-8 bytes: most are short and ASCII, which a branch-free OR of
     /// the bytes settles faster than a call to `from_utf8`.
-    fn text(&mut self) -> Result<(), DatumError> {
+    pub(super) fn text(&mut self) -> Result<&[u8], DatumError> {
         let len = self.length()?;
         let at = self.pos;
         let bytes = self.take(len)?;
         if bytes.iter().fold(0u8, |acc, &b| acc | b) < 0x80 || std::str::from_utf8(bytes).is_ok() {
-            Ok(())
+            Ok(bytes)
         } else {
             Err(DatumError::BadUtf8 { at })
         }
     }
 
-    fn string(&mut self) -> Result<&str, DatumError> {
+    pub(super) fn string(&mut self) -> Result<&str, DatumError> {
         let len = self.length()?;
         let at = self.pos;
         let bytes = self.take(len)?;
@@ -252,7 +263,7 @@ impl Cursor<'_> {
 
     /// Array and map blocks: a count (negative: followed by the block's byte size), items, and
     /// a zero count at the end.
-    fn blocks(
+    pub(super) fn blocks(
         &mut self,
         mut item: impl FnMut(&mut Self) -> Result<(), DatumError>,
         zero_size_items: bool,
@@ -360,7 +371,7 @@ fn utc_micros(b: &[u8]) -> Option<i64> {
 
 /// Whether a big-endian two's-complement integer fits `width` bytes: any bytes beyond are
 /// sign extension (the rule arrow-avro applies, which errors mid-row otherwise).
-fn fits(raw: &[u8], width: usize) -> bool {
+pub(super) fn fits(raw: &[u8], width: usize) -> bool {
     if raw.len() <= width {
         return true;
     }
@@ -370,12 +381,12 @@ fn fits(raw: &[u8], width: usize) -> bool {
 }
 
 /// Parsed as arrow-avro parses it, so what passes here decodes there.
-fn is_uuid(text: &str) -> bool {
+pub(super) fn is_uuid(text: &str) -> bool {
     uuid::Uuid::try_parse(text).is_ok()
 }
 
 /// Whether a value of `node` can take no bytes at all.
-fn encoded_size_can_be_zero(node: &Node) -> bool {
+pub(super) fn encoded_size_can_be_zero(node: &Node) -> bool {
     match node {
         Node::Null => true,
         Node::Fixed(0) => true,
