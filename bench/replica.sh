@@ -6,7 +6,8 @@
 #   (b) mixed: RECORDS events, 70% inserts of new rows, 25% updates, 5% deletes of earlier rows.
 # Each sink is timed from its start (lakesink: process start; JDBC sink: connector creation on a
 # freshly started worker) until its consumer group's committed offsets reach the end of the
-# topic (bench/peer/Lag.java). lakesink commits a Kafka offset only once the rows are committed
+# topic (bench/peer/Lag.java, polling every 50 ms; it is started, and has polled once, before the
+# sink starts, so that its JVM start-up does not take CPU from the sink being timed). lakesink commits a Kafka offset only once the rows are committed
 # in PostgreSQL; Connect commits the JDBC sink's offsets after its flush. Then both tables are
 # counted and checksummed, and the figures are printed side by side.
 #
@@ -100,10 +101,20 @@ E
   done
 }
 
-# lag GROUP TOPIC: waits for lag 0, prints "lag-zero EPOCH_MS RECORDS".
-lag() {
+# lag_start GROUP TOPIC: starts the lag poller (pid in LAG_PID), which writes "lag-zero EPOCH_MS
+# RECORDS" to $work/lag.out at lag 0, and returns once it has polled once: the sink under test
+# then starts with the poller's JVM warm, not competing with its start-up for the two cores.
+lag_start() {
+  rm -f "$work/lag.ready" "$work/lag.out"
   "$JAVA_BIN" -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -cp "$KAFKA_LIBS/*:$TOOLS/classes" Lag \
-    "$BROKERS" "$1" "$2" "$RECORDS" "$TIMEOUT"
+    "$BROKERS" "$1" "$2" "$RECORDS" "$TIMEOUT" "$work/lag.ready" >"$work/lag.out" &
+  LAG_PID=$!
+  local deadline=$((SECONDS + 60))
+  until [ -e "$work/lag.ready" ]; do
+    kill -0 "$LAG_PID" 2>/dev/null || die "the lag poller exited before its first poll"
+    [ $SECONDS -lt $deadline ] || die "the lag poller did not poll within 60 s"
+    sleep 0.05
+  done
 }
 
 delete_group() {
@@ -138,12 +149,13 @@ table-name-format = "$table"
 T
   psql_q "DROP TABLE IF EXISTS public.\"$table\"" >/dev/null
   say "lakesink: $mode, table public.$table"
-  local t0 pid out t1 cpu hwm p0 p1
+  local t0 pid t1 cpu hwm p0 p1
+  lag_start "$group" "$topic"
   p0=$(pg_ticks); t0=$(date +%s%3N)
   RUST_LOG=warn "$TARGET/release/lakesink" run --config "$work/lakesink-$mode.toml" 2>"$work/lakesink-$mode.log" &
   pid=$!; LS_PID=$pid
-  out=$(lag "$group" "$topic") || { tail -n 20 "$work/lakesink-$mode.log" >&2; die "lakesink: lag never reached 0"; }
-  read -r _ t1 _ <<<"$out"
+  wait "$LAG_PID" || { tail -n 20 "$work/lakesink-$mode.log" >&2; die "lakesink: lag never reached 0"; }
+  read -r _ t1 _ <"$work/lag.out"
   cpu=$(cpu_ticks "$pid"); hwm=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
   kill -TERM "$pid"; wait "$pid" || die "lakesink did not stop cleanly; log $work/lakesink-$mode.log"
   LS_PID=
@@ -187,14 +199,14 @@ $conv${JDBC_CONFIG:+  $JDBC_CONFIG,
 E
 )
   say "Debezium JDBC sink: $mode, batch.size $batch, table public.$table"
-  local t0 c0 out t1 c1 hwm p0 p1
+  local t0 c0 t1 c1 hwm p0 p1
+  lag_start "connect-$name" "$topic"
   p0=$(pg_ticks); c0=$(cpu_ticks "$pid"); t0=$(date +%s%3N)
   JDBC_NAME=$name
   curl -fsS -X POST -H 'Content-Type: application/json' --data "$body" \
     "http://127.0.0.1:$WORKER_PORT/connectors" >/dev/null || die "creating the connector failed; log $RUN/worker.log"
   # The poller runs in the background so that a FAILED task stops the run at once.
-  local status="http://127.0.0.1:$WORKER_PORT/connectors/$name/status" lp failed=0
-  lag "connect-$name" "$topic" >"$work/lag.out" & lp=$!
+  local status="http://127.0.0.1:$WORKER_PORT/connectors/$name/status" lp=$LAG_PID failed=0
   while kill -0 "$lp" 2>/dev/null; do
     if curl -s "$status" | grep -q '"state":"FAILED"'; then failed=1; kill "$lp" 2>/dev/null || true; break; fi
     sleep 2
@@ -204,8 +216,7 @@ E
     grep -E 'ERROR|Exception' "$RUN/worker.log" | tail -n 20 >&2
     die "the JDBC sink failed or its group did not reach lag 0 in $TIMEOUT s; log $RUN/worker.log"
   fi
-  out=$(cat "$work/lag.out")
-  read -r _ t1 _ <<<"$out"
+  read -r _ t1 _ <"$work/lag.out"
   c1=$(cpu_ticks "$pid"); hwm=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
   curl -s "http://127.0.0.1:$WORKER_PORT/connectors/$name/status" >"$work/jdbc-$mode-b$batch-status.json"
   grep -q '"FAILED"' "$work/jdbc-$mode-b$batch-status.json" && say "warning: a task FAILED: $(cat "$work/jdbc-$mode-b$batch-status.json")"
@@ -220,6 +231,7 @@ E
 
 cleanup() {
   [ -z "${LS_PID:-}" ] || kill "$LS_PID" 2>/dev/null || true
+  [ -z "${LAG_PID:-}" ] || kill "$LAG_PID" 2>/dev/null || true
   [ -z "${JDBC_NAME:-}" ] || curl -s -X DELETE "http://127.0.0.1:$WORKER_PORT/connectors/$JDBC_NAME" >/dev/null 2>&1 || true
   worker_down >/dev/null 2>&1 || true
 }
