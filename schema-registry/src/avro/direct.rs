@@ -143,6 +143,9 @@ enum Values {
         fields: Fields,
         children: Vec<Column>,
         len: usize,
+        /// Trailing null rows not yet given to the children: a null `before` (every insert's)
+        /// then costs a count, and its children are filled in bulk.
+        deferred: usize,
     },
 }
 
@@ -178,7 +181,7 @@ impl Column {
             let index = c.long()?;
             if index == *null_index {
                 validity.append_null();
-                self.values.push_default();
+                self.values.push_defaults(1);
                 return Ok(());
             }
             if index != 1 - *null_index {
@@ -193,13 +196,13 @@ impl Column {
         self.values.read(c)
     }
 
-    /// A row under a null record: null where the column can be, a placeholder where not
-    /// (hidden by the record's own null), as arrow-avro fills it.
-    fn push_null(&mut self) {
+    /// Rows under a null record: null where the column can be, a placeholder where not
+    /// (hidden by the record's own null), as arrow-avro fills them.
+    fn push_nulls(&mut self, rows: usize) {
         if let Some((_, validity)) = &mut self.nulls {
-            validity.append_null();
+            validity.append_n_nulls(rows);
         }
-        self.values.push_default();
+        self.values.push_defaults(rows);
     }
 
     fn truncate(&mut self, rows: usize) {
@@ -341,6 +344,7 @@ impl Values {
                         .map(|(n, f)| Column::new(n, f))
                         .collect::<Option<_>>()?,
                     len: 0,
+                    deferred: 0,
                 }
             }
             _ => return None,
@@ -426,7 +430,13 @@ impl Values {
                 let end = usize::try_from(last(offsets)).unwrap_or(0) + count;
                 offsets.push(offset(end, at)?);
             }
-            Self::Struct { children, len, .. } => {
+            Self::Struct {
+                children,
+                len,
+                deferred,
+                ..
+            } => {
+                settle(children, deferred);
                 for child in children.iter_mut() {
                     child.read(c)?;
                 }
@@ -436,26 +446,24 @@ impl Values {
         Ok(())
     }
 
-    fn push_default(&mut self) {
+    fn push_defaults(&mut self, rows: usize) {
         match self {
-            Self::Null(len) => *len += 1,
-            Self::Boolean(values) => values.append(false),
-            Self::Int(values, _) => values.push(0),
-            Self::Long(values, _) => values.push(0),
-            Self::Float(values) => values.push(0.0),
-            Self::Double(values) => values.push(0.0),
+            Self::Null(len) => *len += rows,
+            Self::Boolean(values) => values.append_n(rows, false),
+            Self::Int(values, _) => values.resize(values.len() + rows, 0),
+            Self::Long(values, _) => values.resize(values.len() + rows, 0),
+            Self::Float(values) => values.resize(values.len() + rows, 0.0),
+            Self::Double(values) => values.resize(values.len() + rows, 0.0),
             Self::Bytes { offsets, .. } | Self::List { offsets, .. } => {
-                offsets.push(last(offsets));
+                offsets.resize(offsets.len() + rows, last(offsets));
             }
-            Self::Fixed { size, data } => data.resize(data.len() + *size, 0),
-            Self::Uuid(data) => data.resize(data.len() + 16, 0),
-            Self::Decimal128 { values, .. } => values.push(0),
-            Self::Decimal256 { values, .. } => values.push(i256::ZERO),
-            Self::Struct { children, len, .. } => {
-                for child in children.iter_mut() {
-                    child.push_null();
-                }
-                *len += 1;
+            Self::Fixed { size, data } => data.resize(data.len() + *size * rows, 0),
+            Self::Uuid(data) => data.resize(data.len() + 16 * rows, 0),
+            Self::Decimal128 { values, .. } => values.resize(values.len() + rows, 0),
+            Self::Decimal256 { values, .. } => values.resize(values.len() + rows, i256::ZERO),
+            Self::Struct { len, deferred, .. } => {
+                *deferred += rows;
+                *len += rows;
             }
         }
     }
@@ -485,7 +493,13 @@ impl Values {
                 offsets.truncate(rows + 1);
                 items.truncate(usize::try_from(last(offsets)).unwrap_or(0));
             }
-            Self::Struct { children, len, .. } => {
+            Self::Struct {
+                children,
+                len,
+                deferred,
+                ..
+            } => {
+                settle(children, deferred);
                 for child in children.iter_mut() {
                     child.truncate(rows);
                 }
@@ -558,7 +572,9 @@ impl Values {
                 fields,
                 children,
                 len,
+                deferred,
             } => {
+                settle(children, deferred);
                 let children = children
                     .iter_mut()
                     .map(Column::finish)
@@ -571,6 +587,16 @@ impl Values {
                 )?)
             }
         })
+    }
+}
+
+/// Gives a record's children the null rows it deferred.
+fn settle(children: &mut [Column], deferred: &mut usize) {
+    if *deferred > 0 {
+        for child in children.iter_mut() {
+            child.push_nulls(*deferred);
+        }
+        *deferred = 0;
     }
 }
 
