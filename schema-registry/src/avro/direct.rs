@@ -75,16 +75,25 @@ impl DirectDecoder {
         }
     }
 
-    /// The rows pushed since the last flush.
+    /// The rows pushed since the last flush. On an error (a bug: pushed rows always make
+    /// valid arrays) they are dropped, so that the decoder starts clean.
     pub(super) fn flush(&mut self) -> Result<RecordBatch, ArrowError> {
         let rows = mem::take(&mut self.rows);
         let columns = self
             .columns
             .iter_mut()
             .map(Column::finish)
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Vec<_>, _>>();
         let options = RecordBatchOptions::new().with_row_count(Some(rows));
-        RecordBatch::try_new_with_options(self.schema.clone(), columns, &options)
+        let batch = columns.and_then(|columns| {
+            RecordBatch::try_new_with_options(self.schema.clone(), columns, &options)
+        });
+        if batch.is_err() {
+            for column in &mut self.columns {
+                column.truncate(0);
+            }
+        }
+        batch
     }
 }
 
