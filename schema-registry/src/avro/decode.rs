@@ -123,6 +123,24 @@ impl AvroBatchDecoder {
                 }),
             ),
         };
+        let top_fields = match (&schema.root, root) {
+            (Node::Record { fields, .. }, _) => fields.as_slice(),
+            (Node::Union(branches), Root::UnionBranch { record }) => match &branches[record] {
+                Node::Record { fields, .. } => fields.as_slice(),
+                _ => &[],
+            },
+            (bare, _) => std::slice::from_ref(bare),
+        };
+        if top_fields
+            .iter()
+            .any(|f| *f != Node::Null && holds_bare_null(f))
+        {
+            return Err(DecodeError::Schema(
+                "a \"null\" type outside a union below the top-level fields (arrow-avro makes \
+                 it a non-nullable column, which Arrow cannot build)"
+                    .into(),
+            ));
+        }
         let mut store = SchemaStore::new();
         let fingerprint = store
             .register(AvroSchema::new(json.to_string()))
@@ -195,6 +213,19 @@ impl AvroBatchDecoder {
             Engine::ArrowAvro(inner) => inner.flush().map_err(internal)?,
         };
         batch.map(semantic::apply).transpose()
+    }
+}
+
+/// Whether a `"null"` type stands anywhere in `node` but as a union branch.
+fn holds_bare_null(node: &Node) -> bool {
+    match node {
+        Node::Null => true,
+        Node::Array(item) | Node::Map(item) => holds_bare_null(item),
+        Node::Union(branches) => branches
+            .iter()
+            .any(|b| *b != Node::Null && holds_bare_null(b)),
+        Node::Record { fields, .. } => fields.iter().any(holds_bare_null),
+        _ => false,
     }
 }
 

@@ -326,3 +326,35 @@ fn a_row_refused_deep_inside_leaves_nothing_behind() {
     reference.push(&row(3, 1)).unwrap();
     assert_eq!(batch, reference.flush().unwrap().unwrap());
 }
+
+#[test]
+fn a_null_type_arrow_cannot_hold_is_refused_with_the_schema() {
+    let inner =
+        || json!({"type": "record", "name": "In", "fields": [{"name": "z", "type": "null"}]});
+    for field in [
+        json!({"type": "array", "items": "null"}),
+        json!({"type": "map", "values": "null"}),
+        json!(["null", inner()]),
+        json!({"type": "array", "items": inner()}),
+    ] {
+        let schema =
+            json!({"type": "record", "name": "R", "fields": [{"name": "n", "type": field}]});
+        let writer = WriterSchema::parse_text(&schema.to_string()).unwrap();
+        let err = AvroBatchDecoder::new(&writer, 8).unwrap_err();
+        assert!(
+            matches!(&err, DecodeError::Schema(m) if m.contains("\"null\"")),
+            "{field}: {err}"
+        );
+    }
+    // A top-level null column, a null union branch, and a bare null datum are fine.
+    let schema = json!({"type": "record", "name": "R", "fields": [
+        {"name": "n", "type": "null"},
+        {"name": "items", "type": {"type": "array", "items": ["null", "long"]}}]});
+    agree(&schema, 3, 200);
+    for (writer, datum) in [(schema, &[0u8][..]), (json!("null"), &[][..])] {
+        let writer = WriterSchema::parse_text(&writer.to_string()).unwrap();
+        let mut dec = AvroBatchDecoder::new(&writer, 8).unwrap();
+        dec.push(datum).unwrap();
+        assert_eq!(dec.flush().unwrap().unwrap().num_rows(), 1);
+    }
+}
