@@ -1,7 +1,8 @@
 //! Arbitrary datums against Debezium envelope schemas: each is decoded whole or refused with a
-//! typed error, never a panic, and whatever was refused leaves the batch decodable. One schema
-//! has types only the validator + arrow-avro path decodes; on the other, the direct decoder and
-//! that path must accept the same datums and flush equal batches.
+//! typed error, never a panic, and whatever was refused leaves the batch decodable. The whole
+//! schema goes through the validator + arrow-avro path; without its three-branch union (which
+//! only that path decodes), the direct decoder and that path must accept the same datums and
+//! flush equal batches.
 #![no_main]
 
 use std::cell::RefCell;
@@ -31,11 +32,11 @@ const SCHEMA: &str = r#"{"type":"record","name":"Envelope","namespace":"fuzz.pub
  {"name":"op","type":"string"},
  {"name":"ts_ms","type":["null","long"],"default":null}]}"#;
 
-/// The first schema without the map, the enum and the three-branch union.
+/// The schema without the three-branch union.
 fn direct_schema() -> String {
     SCHEMA
         .lines()
-        .filter(|l| !["\"attrs\"", "\"mood\"", "\"f\""].iter().any(|n| l.contains(n)))
+        .filter(|l| !l.contains("\"f\""))
         .collect::<Vec<_>>()
         .join("\n")
 }

@@ -2,8 +2,9 @@
 //! (the checks of [`validate`](super::validate)), and a row that fails partway is taken back,
 //! so a bad record leaves nothing behind in a batch of good ones.
 //!
-//! It covers the types Debezium's schemas use. A schema holding anything else (maps, Avro
-//! enums, unions other than `[null, T]`) is decoded by validation then arrow-avro instead. The
+//! It covers the types Debezium's schemas use, and maps and Avro enums. A schema holding
+//! anything else (unions other than `[null, T]`, Avro's `duration`) is decoded by validation
+//! then arrow-avro instead. The
 //! columns are built to the Arrow schema arrow-avro gives the same writer schema, and a
 //! differential test holds the two paths to equal batches.
 
@@ -11,9 +12,10 @@ use std::mem;
 use std::sync::Arc;
 
 use arrow_array::{
-    ArrayRef, BinaryArray, BooleanArray, Decimal128Array, Decimal256Array, FixedSizeBinaryArray,
-    Float32Array, Float64Array, ListArray, NullArray, RecordBatch, RecordBatchOptions, StringArray,
-    StructArray, make_array,
+    ArrayRef, BinaryArray, BooleanArray, Decimal128Array, Decimal256Array, DictionaryArray,
+    FixedSizeBinaryArray, Float32Array, Float64Array, Int32Array, ListArray, MapArray, NullArray,
+    RecordBatch, RecordBatchOptions, StringArray, StructArray, cast::AsArray, make_array,
+    types::Int32Type,
 };
 use arrow_buffer::{
     BooleanBufferBuilder, Buffer, NullBuffer, NullBufferBuilder, OffsetBuffer, ScalarBuffer, i256,
@@ -142,11 +144,19 @@ enum Values {
         values: Vec<i256>,
         data_type: DataType,
     },
+    /// An array, or a map (`map`: its items are the key/value entry records).
     List {
         field: FieldRef,
         offsets: Vec<i32>,
         items: Box<Column>,
         zero_size_items: bool,
+        map: bool,
+    },
+    /// An Avro enum's indexes, as keys into its symbols.
+    Enum {
+        symbols: usize,
+        keys: Vec<i32>,
+        dictionary: ArrayRef,
     },
     Struct {
         fields: Fields,
@@ -172,14 +182,14 @@ impl Column {
                 }
                 return Some(Self {
                     nulls: Some((null_index, NullBufferBuilder::new(0))),
-                    values: Values::new(inner, field.data_type())?,
+                    values: Values::new(inner, field)?,
                 });
             }
             _ => None,
         };
         Some(Self {
             nulls,
-            values: Values::new(node, field.data_type())?,
+            values: Values::new(node, field)?,
         })
     }
 
@@ -290,8 +300,9 @@ fn decimal<'a>(
 }
 
 impl Values {
-    fn new(node: &Node, data_type: &DataType) -> Option<Self> {
+    fn new(node: &Node, field: &Field) -> Option<Self> {
         use DataType as D;
+        let data_type = field.data_type();
         let dt = data_type.clone();
         Some(match (node, data_type) {
             (Node::Null, D::Null) => Self::Null(0),
@@ -341,7 +352,35 @@ impl Values {
                 offsets: vec![0],
                 items: Box::new(Column::new(items, field)?),
                 zero_size_items: encoded_size_can_be_zero(items),
+                map: false,
             },
+            (Node::Map(values), D::Map(entries, false)) => {
+                let entry = Node::Record {
+                    name: entries.name().clone(),
+                    fields: vec![Node::String, (**values).clone()],
+                };
+                Self::List {
+                    field: entries.clone(),
+                    offsets: vec![0],
+                    items: Box::new(Column::new(&entry, entries)?),
+                    zero_size_items: false,
+                    map: true,
+                }
+            }
+            (Node::Enum(symbols), D::Dictionary(key, value))
+                if **key == D::Int32 && **value == D::Utf8 =>
+            {
+                let names: Vec<String> =
+                    serde_json::from_str(field.metadata().get("avro.enum.symbols")?).ok()?;
+                if names.len() != *symbols {
+                    return None;
+                }
+                Self::Enum {
+                    symbols: *symbols,
+                    keys: Vec::new(),
+                    dictionary: Arc::new(StringArray::from(names)),
+                }
+            }
             (Node::Record { fields: nodes, .. }, D::Struct(fields))
                 if nodes.len() == fields.len() =>
             {
@@ -439,6 +478,20 @@ impl Values {
                 let end = usize::try_from(last(offsets)).unwrap_or(0) + count;
                 offsets.push(offset(end, at)?);
             }
+            Self::Enum { symbols, keys, .. } => {
+                let at = c.pos;
+                let index = c.long()?;
+                match i32::try_from(index) {
+                    Ok(key) if usize::try_from(key).is_ok_and(|k| k < *symbols) => keys.push(key),
+                    _ => {
+                        return Err(DatumError::BadEnumIndex {
+                            at,
+                            index,
+                            symbols: *symbols,
+                        });
+                    }
+                }
+            }
             Self::Struct {
                 children,
                 len,
@@ -470,6 +523,7 @@ impl Values {
             Self::Uuid(data) => data.resize(data.len() + 16 * rows, 0),
             Self::Decimal128 { values, .. } => values.resize(values.len() + rows, 0),
             Self::Decimal256 { values, .. } => values.resize(values.len() + rows, i256::ZERO),
+            Self::Enum { keys, .. } => keys.resize(keys.len() + rows, 0),
             Self::Struct { len, deferred, .. } => {
                 *deferred += rows;
                 *len += rows;
@@ -498,6 +552,7 @@ impl Values {
             Self::Uuid(data) => data.truncate(rows * 16),
             Self::Decimal128 { values, .. } => values.truncate(rows),
             Self::Decimal256 { values, .. } => values.truncate(rows),
+            Self::Enum { keys, .. } => keys.truncate(rows),
             Self::List { offsets, items, .. } => {
                 offsets.truncate(rows + 1);
                 items.truncate(usize::try_from(last(offsets)).unwrap_or(0));
@@ -567,6 +622,7 @@ impl Values {
                 field,
                 offsets,
                 items,
+                map: false,
                 ..
             } => {
                 let offsets = take_offsets(offsets);
@@ -577,6 +633,29 @@ impl Values {
                     nulls,
                 )?)
             }
+            Self::List {
+                field,
+                offsets,
+                items,
+                map: true,
+                ..
+            } => {
+                let offsets = take_offsets(offsets);
+                let entries = items.finish()?.as_struct().clone();
+                Arc::new(MapArray::try_new(
+                    field.clone(),
+                    offsets,
+                    entries,
+                    nulls,
+                    false,
+                )?)
+            }
+            Self::Enum {
+                keys, dictionary, ..
+            } => Arc::new(DictionaryArray::<Int32Type>::try_new(
+                Int32Array::new(take_vec(keys).into(), nulls),
+                dictionary.clone(),
+            )?),
             Self::Struct {
                 fields,
                 children,

@@ -76,7 +76,13 @@ fn wide_schema() -> Value {
         {"name": "grid", "type": {"type": "array", "items": {"type": "array", "items": "int"}}},
         {"name": "leaves", "type": ["null", {"type": "array", "items": leaf}]},
         {"name": "maybe", "type": ["null", "Leaf"]},
-        {"name": "empties", "type": {"type": "array", "items": {"type": "record", "name": "E", "fields": []}}}
+        {"name": "empties", "type": {"type": "array", "items": {"type": "record", "name": "E", "fields": []}}},
+        {"name": "attrs", "type": {"type": "map", "values": ["null", "string"]}},
+        {"name": "counts", "type": ["null", {"type": "map", "values": "long"}]},
+        {"name": "nested", "type": {"type": "map", "values": {"type": "array", "items": "Leaf"}}},
+        {"name": "mood", "type": {"type": "enum", "name": "Mood", "symbols": ["sad", "ok", "glad"]}},
+        {"name": "moods", "type": ["null", {"type": "array", "items": ["null", "Mood"]}]},
+        {"name": "maybe_mood", "type": ["Mood", "null"]}
     ]});
     json!({"type": "record", "name": "Envelope", "namespace": "t.public.wide", "fields": [
         {"name": "before", "type": ["null", value]},
@@ -277,8 +283,6 @@ fn bare_and_union_rooted_schemas_decode_directly_too() {
 #[test]
 fn schemas_beyond_the_direct_decoder_fall_back() {
     for field in [
-        json!({"type": "map", "values": "long"}),
-        json!({"type": "enum", "name": "Mood", "symbols": ["sad", "ok"]}),
         json!(["null", "int", "string"]),
         json!(["int", "string"]),
         json!({"type": "fixed", "name": "Twelve", "size": 12, "logicalType": "duration"}),
