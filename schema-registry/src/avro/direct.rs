@@ -154,7 +154,6 @@ enum Values {
     },
     /// An Avro enum's indexes, as keys into its symbols.
     Enum {
-        symbols: usize,
         keys: Vec<i32>,
         dictionary: ArrayRef,
     },
@@ -376,7 +375,6 @@ impl Values {
                     return None;
                 }
                 Self::Enum {
-                    symbols: *symbols,
                     keys: Vec::new(),
                     dictionary: Arc::new(StringArray::from(names)),
                 }
@@ -478,18 +476,13 @@ impl Values {
                 let end = usize::try_from(last(offsets)).unwrap_or(0) + count;
                 offsets.push(offset(end, at)?);
             }
-            Self::Enum { symbols, keys, .. } => {
+            Self::Enum { keys, dictionary } => {
                 let at = c.pos;
                 let index = c.long()?;
+                let symbols = dictionary.len();
                 match i32::try_from(index) {
-                    Ok(key) if usize::try_from(key).is_ok_and(|k| k < *symbols) => keys.push(key),
-                    _ => {
-                        return Err(DatumError::BadEnumIndex {
-                            at,
-                            index,
-                            symbols: *symbols,
-                        });
-                    }
+                    Ok(key) if usize::try_from(key).is_ok_and(|k| k < symbols) => keys.push(key),
+                    _ => return Err(DatumError::BadEnumIndex { at, index, symbols }),
                 }
             }
             Self::Struct {
