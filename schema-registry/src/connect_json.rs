@@ -268,6 +268,20 @@ fn nullable(schema: &Value, names: &mut usize) -> Result<Value, JsonError> {
     })
 }
 
+/// A JSON float as JsonConverter writes it: a number, or (Jackson's way for values JSON has no
+/// number for) the string `"NaN"`, `"Infinity"` or `"-Infinity"`.
+fn float(value: &Value) -> Option<f64> {
+    match value {
+        Value::String(s) => match s.as_str() {
+            "NaN" => Some(f64::NAN),
+            "Infinity" => Some(f64::INFINITY),
+            "-Infinity" => Some(f64::NEG_INFINITY),
+            _ => None,
+        },
+        _ => value.as_f64(),
+    }
+}
+
 /// Encodes `value` as the Avro datum of `to_avro(schema)`.
 fn encode(schema: &Value, value: &Value, path: &str, out: &mut Vec<u8>) -> Result<(), JsonError> {
     let bad = |reason: String| JsonError::Payload {
@@ -283,6 +297,7 @@ fn encode(schema: &Value, value: &Value, path: &str, out: &mut Vec<u8>) -> Resul
     } else if value.is_null() {
         return Err(bad("null for a required field".into()));
     }
+    let not_a_number = || bad(format!("{value} is not a number"));
     match kind(schema)? {
         "int8" | "int16" | "int32" | "int64" => {
             let n = value
@@ -290,18 +305,11 @@ fn encode(schema: &Value, value: &Value, path: &str, out: &mut Vec<u8>) -> Resul
                 .ok_or_else(|| bad(format!("{value} is not an integer")))?;
             long(out, n);
         }
+        // The shortest decimal of an f32, read exactly as an f64, rounds back to that f32.
         "float" | "float32" => {
-            let f = value
-                .as_f64()
-                .ok_or_else(|| bad(format!("{value} is not a number")))?;
-            out.extend((f as f32).to_le_bytes());
+            out.extend((float(value).ok_or_else(not_a_number)? as f32).to_le_bytes())
         }
-        "double" | "float64" => {
-            let f = value
-                .as_f64()
-                .ok_or_else(|| bad(format!("{value} is not a number")))?;
-            out.extend(f.to_le_bytes());
-        }
+        "double" | "float64" => out.extend(float(value).ok_or_else(not_a_number)?.to_le_bytes()),
         "boolean" => out.push(u8::from(
             value
                 .as_bool()
@@ -496,6 +504,57 @@ mod tests {
                 .value_as_string(0),
             _ => c.as_primitive::<Decimal128Type>().value_as_string(0),
         }
+    }
+
+    #[test]
+    fn floats_arrive_exact_with_jacksons_names_for_nan_and_infinity() {
+        let schema = json!({"type": "struct", "optional": false, "fields": [
+            {"type": "double", "optional": true, "field": "d"},
+            {"type": "float", "optional": true, "field": "f"}]});
+        let rows = [
+            (r#""NaN""#, r#""NaN""#),
+            (r#""Infinity""#, r#""-Infinity""#),
+            (r#""-Infinity""#, r#""Infinity""#),
+            // Off by an ulp or two with serde_json's default float parser.
+            ("94247779607.69379", "3.4028235E38"),
+            ("-0.0", "1.4E-45"),
+            ("2.2250738585072014E-308", "-1.17549435E-38"),
+        ];
+        let mut dec = None;
+        for (d, f) in rows {
+            let payload = format!(r#"{{"d": {d}, "f": {f}}}"#);
+            let r = Record::with_schema(&schema, payload.as_bytes()).unwrap();
+            let dec = dec.get_or_insert_with(|| {
+                let text = r.avro_schema().unwrap().to_string();
+                AvroBatchDecoder::new(&WriterSchema::parse_text(&text).unwrap(), 8).unwrap()
+            });
+            dec.push(&r.datum().unwrap()).unwrap();
+        }
+        let batch = dec.unwrap().flush().unwrap().unwrap();
+        let d = batch
+            .column_by_name("d")
+            .unwrap()
+            .as_primitive::<arrow_array::types::Float64Type>();
+        let f = batch
+            .column_by_name("f")
+            .unwrap()
+            .as_primitive::<arrow_array::types::Float32Type>();
+        assert!(d.value(0).is_nan() && f.value(0).is_nan());
+        assert_eq!((d.value(1), f.value(1)), (f64::INFINITY, f32::NEG_INFINITY));
+        assert_eq!((d.value(2), f.value(2)), (f64::NEG_INFINITY, f32::INFINITY));
+        assert_eq!(d.value(3).to_bits(), 94247779607.69379f64.to_bits());
+        assert_eq!(f.value(3), f32::MAX);
+        assert!(d.value(4) == 0.0 && d.value(4).is_sign_negative());
+        assert_eq!(f.value(4), f32::from_bits(1));
+        assert_eq!(d.value(5), f64::MIN_POSITIVE);
+        assert_eq!(f.value(5), -f32::MIN_POSITIVE);
+        let r = Record::with_schema(&schema, br#"{"d": "nan", "f": 1}"#).unwrap();
+        assert!(
+            r.datum()
+                .unwrap_err()
+                .to_string()
+                .contains("\"nan\" is not a number")
+        );
     }
 
     #[test]
