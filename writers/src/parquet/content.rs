@@ -95,7 +95,64 @@ pub fn shape(batch: &ChangeBatch, content: Content) -> Result<RecordBatch, Strin
             }
         }
     }
+    let (fields, columns) = without_empty_structs(fields, columns)?;
     RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).map_err(|e| e.to_string())
+}
+
+/// Parquet cannot hold a struct of no fields (a keyless table's `key`, a record Debezium
+/// declares with none): such columns, at any depth, carry nothing but their nulls and are left
+/// out. Replay gives a missing `key` back as the keyless table's null key.
+fn without_empty_structs(
+    fields: Vec<Field>,
+    columns: Vec<ArrayRef>,
+) -> Result<(Vec<Field>, Vec<ArrayRef>), String> {
+    if !fields.iter().any(|f| holds_empty_struct(f.data_type())) {
+        return Ok((fields, columns));
+    }
+    let mut kept = (Vec::new(), Vec::new());
+    for (f, c) in fields.into_iter().zip(columns) {
+        if let Some((f, c)) = strip(f, c)? {
+            kept.0.push(f);
+            kept.1.push(c);
+        }
+    }
+    Ok(kept)
+}
+
+fn holds_empty_struct(t: &DataType) -> bool {
+    match t {
+        DataType::Struct(children) => {
+            children.is_empty() || children.iter().any(|c| holds_empty_struct(c.data_type()))
+        }
+        _ => false,
+    }
+}
+
+/// `field` without its empty structs, or `None` when nothing is left of it.
+fn strip(field: Field, column: ArrayRef) -> Result<Option<(Field, ArrayRef)>, String> {
+    if !holds_empty_struct(field.data_type()) {
+        return Ok(Some((field, column)));
+    }
+    let s = column.as_struct();
+    let (mut names, mut kept) = (Vec::new(), Vec::new());
+    for (f, c) in s.fields().iter().zip(s.columns()) {
+        if let Some((f, c)) = strip(f.as_ref().clone(), c.clone())? {
+            names.push(f);
+            kept.push(c);
+        }
+    }
+    if names.is_empty() {
+        return Ok(None);
+    }
+    let array = StructArray::try_new(names.clone().into(), kept, s.nulls().cloned())
+        .map_err(|e| e.to_string())?;
+    let field = Field::new(
+        field.name(),
+        DataType::Struct(names.into()),
+        field.is_nullable(),
+    )
+    .with_metadata(field.metadata().clone());
+    Ok(Some((field, Arc::new(array))))
 }
 
 /// The column of Kafka record headers, when the pipeline adds it.
@@ -203,6 +260,55 @@ mod tests {
                 .value(2),
             3
         );
+    }
+
+    #[test]
+    fn structs_of_no_fields_are_left_out() {
+        let mut batch = envelope();
+        let (schema, mut columns, _) = batch.rows.clone().into_parts();
+        let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+        let empty = StructArray::new_null(Default::default(), 3);
+        let nested = StructArray::new(
+            vec![
+                Field::new("none", empty.data_type().clone(), true),
+                Field::new("id", DataType::Int64, true),
+            ]
+            .into(),
+            vec![
+                Arc::new(empty.clone()),
+                Arc::new(Int64Array::from(vec![1, 2, 3])),
+            ],
+            None,
+        );
+        fields.insert(4, Field::new("key", empty.data_type().clone(), true));
+        columns.insert(4, Arc::new(empty));
+        fields.push(Field::new("nested", nested.data_type().clone(), true));
+        columns.push(Arc::new(nested));
+        batch.rows = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap();
+        let out = shape(&batch, Content::Envelope).expect("shape");
+        let schema = out.schema();
+        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "__topic",
+                "__partition",
+                "__offset",
+                "__timestamp",
+                "__op",
+                "__tombstone",
+                "before",
+                "after",
+                "nested"
+            ]
+        );
+        let nested = out.column(8).as_struct();
+        assert_eq!(nested.num_columns(), 1);
+        assert_eq!(nested.fields()[0].name(), "id");
+        let mut file = Vec::new();
+        let mut w = parquet::arrow::ArrowWriter::try_new(&mut file, out.schema(), None).unwrap();
+        w.write(&out).unwrap();
+        w.close().unwrap();
     }
 
     #[test]

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type, TimestampMillisecondType};
-use arrow_array::{Array, RecordBatch};
-use arrow_schema::{DataType, Fields, Schema, SchemaRef};
+use arrow_array::{Array, RecordBatch, StructArray};
+use arrow_schema::{DataType, Field, FieldRef, Fields, Schema, SchemaRef};
 use bytes::Bytes;
 use futures::StreamExt;
 use lakesink_schema_registry::{ChangeBatch, NON_DATA_METADATA, NonData, ValueShape};
@@ -367,9 +367,18 @@ fn decode_file(
             "it holds rows of partition {p:?}, not {partition}"
         )));
     }
-    let rows = all.project(&indices).map_err(|e| corrupt(e.to_string()))?;
-    let rows = RecordBatch::try_new(out_schema, rows.columns().to_vec())
-        .map_err(|e| corrupt(e.to_string()))?;
+    let mut columns = all
+        .project(&indices)
+        .map_err(|e| corrupt(e.to_string()))?
+        .columns()
+        .to_vec();
+    if columns.len() < out_schema.fields().len() {
+        columns.insert(
+            4,
+            Arc::new(StructArray::new_null(Fields::empty(), all.num_rows())),
+        );
+    }
+    let rows = RecordBatch::try_new(out_schema, columns).map_err(|e| corrupt(e.to_string()))?;
     let offsets = rows.column(0).as_primitive::<Int64Type>();
     if offsets.null_count() > 0 {
         return Err(corrupt("__offset has nulls".into()));
@@ -412,8 +421,18 @@ fn change_columns(schema: &SchemaRef) -> Result<(Vec<usize>, ValueShape, SchemaR
     })?;
     expect(4, "__op", &|t| *t == DataType::Utf8)?;
     expect(5, "__tombstone", &|t| *t == DataType::Boolean)?;
-    expect(6, "key", &|t| matches!(t, DataType::Struct(_)))?;
-    let fields: Fields = schema.fields().iter().skip(2).cloned().collect();
+    // A keyless table's files have no key column (Parquet cannot hold a struct of no fields):
+    // its rows get the null key they were decoded with.
+    let mut fields: Vec<FieldRef> = schema.fields().iter().skip(2).cloned().collect();
+    if schema.fields().get(6).is_some_and(|f| f.name() == "key") {
+        expect(6, "key", &|t| matches!(t, DataType::Struct(_)))?;
+    } else {
+        fields.insert(
+            4,
+            Arc::new(Field::new("key", DataType::Struct(Fields::empty()), true)),
+        );
+    }
+    let fields = Fields::from(fields);
     let has = |n: &str| fields.iter().any(|f| f.name() == n);
     let non_data = fields
         .iter()

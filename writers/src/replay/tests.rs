@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
+use arrow_schema::DataType;
 use base64::Engine;
 use bytes::Bytes;
 use futures::StreamExt;
@@ -579,4 +580,41 @@ async fn non_data_records_kept_in_the_raw_layer_are_passed_over_by_replay() {
         .cloned()
         .collect();
     assert_eq!(offsets_and_ops(&replayed), offsets_and_ops(&rows));
+}
+
+#[tokio::test]
+async fn keyless_tables_are_written_without_a_key_and_replayed_with_a_null_one() {
+    let mut dec = ChangeDecoder::new(FixedResolver::new(), Format::ConnectJson, 4096);
+    let mut live = Vec::new();
+    for i in 0..12 {
+        let (_, value) = event(i);
+        let mut r = record(TOPIC, i, &[], value.as_deref());
+        r.key = None;
+        live.extend(dec.push(r).await.expect("decode").completed);
+    }
+    live.extend(dec.finish_all().expect("finish"));
+    assert!(live.iter().all(|b| {
+        matches!(b.rows.column_by_name("key").unwrap().data_type(), DataType::Struct(f) if f.is_empty())
+    }));
+    let config = raw_config("");
+    let store = write_raw(&config, &live).await;
+    let raw = RawLayer::with_store(&config, store, String::new()).expect("raw layer");
+    let plan = plan(&raw, &Selection::default(), &HashMap::new())
+        .await
+        .expect("plan");
+    assert!(plan.problems.is_empty(), "{:?}", plan.problems);
+    let replayed = read_all(&raw, &plan).await.expect("read");
+    assert_eq!(offsets_and_ops(&replayed), offsets_and_ops(&live));
+    for b in &replayed {
+        assert!(
+            live.iter()
+                .any(|l| l.rows.schema().fields() == b.rows.schema().fields()),
+            "{:#?}",
+            b.rows.schema()
+        );
+        assert_eq!(
+            b.rows.column_by_name("key").unwrap().null_count(),
+            b.rows.num_rows()
+        );
+    }
 }
