@@ -12,7 +12,7 @@ use arrow_avro::schema::{AvroSchema, SchemaStore};
 
 use super::direct::DirectDecoder;
 use super::schema::{Node, WriterSchema};
-use super::semantic;
+use super::semantic::{self, Semantics};
 use super::validate::{Cursor, DatumError, validate};
 
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +48,8 @@ pub struct AvroBatchDecoder {
     node: Node,
     root: Root,
     engine: Engine,
+    /// Chosen once, from the connector the schema names.
+    semantics: Semantics,
     rows: usize,
     bytes: usize,
     batch_size: usize,
@@ -156,6 +158,9 @@ impl AvroBatchDecoder {
             node: schema.root.clone(),
             root,
             engine: Engine::ArrowAvro(Box::new(inner)),
+            semantics: schema
+                .connector()
+                .map_or_else(Semantics::default, |c| Semantics::of_connector(&c)),
             rows: 0,
             bytes: 0,
             batch_size: batch_size.max(1),
@@ -212,7 +217,9 @@ impl AvroBatchDecoder {
             Engine::Direct(direct) => Some(direct.flush().map_err(internal)?),
             Engine::ArrowAvro(inner) => inner.flush().map_err(internal)?,
         };
-        batch.map(semantic::apply).transpose()
+        batch
+            .map(|b| semantic::apply(b, self.semantics))
+            .transpose()
     }
 }
 

@@ -24,7 +24,8 @@ use arrow_data::ArrayData;
 use arrow_schema::{ArrowError, DataType, Field, FieldRef, Fields, SchemaRef, TimeUnit};
 
 use super::schema::Node;
-use super::validate::{Cursor, DatumError, encoded_size_can_be_zero, fits, zoned_timestamp_micros};
+use super::validate::{Cursor, DatumError, encoded_size_can_be_zero, fits};
+use super::zoned::zoned_timestamp_micros;
 
 /// Decodes datums of one record schema into the columns of `schema`.
 pub(super) struct DirectDecoder {

@@ -7,11 +7,13 @@ mod direct;
 mod schema;
 mod semantic;
 mod validate;
+mod zoned;
 
 pub use decode::{AvroBatchDecoder, DecodeError};
 pub use schema::{Node, SchemaError, WriterSchema};
-pub use semantic::target_type;
+pub use semantic::{Semantics, target_type};
 pub use validate::{DatumError, validate};
+pub use zoned::{INFINITY_DAYS, INFINITY_MICROS, NEG_INFINITY_DAYS, NEG_INFINITY_MICROS};
 
 /// Avro binary writing, for datums converted from other formats (and for tests).
 pub(crate) mod encode {

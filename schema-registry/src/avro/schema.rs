@@ -360,6 +360,29 @@ impl WriterSchema {
         Ok(Self { json, root })
     }
 
+    /// The Debezium connector that wrote records of this schema: `<name>` of the
+    /// `io.debezium.connector.<name>.Source` record in the envelope's `source` field.
+    pub fn connector(&self) -> Option<String> {
+        let fields = self.json.get("fields")?.as_array()?;
+        let source = fields
+            .iter()
+            .find(|f| f.get("name").and_then(Value::as_str) == Some("source"))?;
+        // `source` may be optional: `["null", {record}]`.
+        let record = match source.get("type")? {
+            Value::Array(branches) => branches.iter().find(|b| b.is_object())?,
+            t => t,
+        };
+        let name = record.get("name")?.as_str()?;
+        let full = match record.get("namespace").and_then(Value::as_str) {
+            Some(ns) if !name.contains('.') => format!("{ns}.{name}"),
+            _ => name.to_owned(),
+        };
+        let connector = full
+            .strip_prefix("io.debezium.connector.")?
+            .strip_suffix(".Source")?;
+        Some(connector.to_owned())
+    }
+
     /// Parses one self-contained schema text.
     pub fn parse_text(text: &str) -> Result<Self, SchemaError> {
         Self::parse(&ResolvedSchema {

@@ -13,12 +13,49 @@ use arrow_schema::{DataType, Field, FieldRef, Fields, Metadata, Schema, TimeUnit
 
 use super::decode::DecodeError;
 use super::schema::ZONED_TIMESTAMP;
-use super::validate::zoned_timestamp_micros;
+use super::zoned::{
+    INFINITY_DAYS, INFINITY_MICROS, NEG_INFINITY_DAYS, NEG_INFINITY_MICROS, zoned_timestamp_micros,
+};
+
+/// What a Debezium type means where it depends on the connector that wrote it, which the
+/// envelope's `source` record names (`io.debezium.connector.mysql.Source`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Semantics {
+    /// MySQL's and MariaDB's `TIME` is a signed span (-838:59:59 to 838:59:59), which
+    /// Debezium sends as `MicroTime`: it becomes a duration, not a time of day no reader of a
+    /// Parquet `TIME` would accept past 24:00.
+    pub times_are_spans: bool,
+    /// PostgreSQL's `infinity` and `-infinity` arrive as pgjdbc's sentinels in `Date`,
+    /// `Timestamp`, `MicroTimestamp` and `NanoTimestamp`: they become the infinities DuckDB and
+    /// the replica read as such.
+    pub postgres_infinities: bool,
+}
+
+impl Semantics {
+    /// For the connector named in `io.debezium.connector.<name>.Source`.
+    pub fn of_connector(name: &str) -> Self {
+        Self {
+            times_are_spans: matches!(name, "mysql" | "mariadb"),
+            postgres_infinities: name == "postgresql",
+        }
+    }
+}
 
 /// The Arrow type a Debezium semantic type becomes, given the Avro physical type it arrived as.
 /// `connect_name` is the type's `connect.name`, or its `connect.type` (`int8`, `int16`).
 pub fn target_type(connect_name: &str, physical: &DataType) -> Option<DataType> {
+    target(connect_name, physical, Semantics::default())
+}
+
+fn target(connect_name: &str, physical: &DataType, semantics: Semantics) -> Option<DataType> {
     use DataType::*;
+    if semantics.times_are_spans {
+        match (connect_name, physical) {
+            ("io.debezium.time.MicroTime", Int64) => return Some(Duration(TimeUnit::Microsecond)),
+            ("io.debezium.time.NanoTime", Int64) => return Some(Duration(TimeUnit::Nanosecond)),
+            _ => {}
+        }
+    }
     Some(match (connect_name, physical) {
         ("int8", Int32) => Int8,
         ("int16", Int32) => Int16,
@@ -37,12 +74,12 @@ pub fn target_type(connect_name: &str, physical: &DataType) -> Option<DataType> 
 }
 
 /// Applies [`target_type`] through every column, nested ones included.
-pub(super) fn apply(batch: RecordBatch) -> Result<RecordBatch, DecodeError> {
+pub(super) fn apply(batch: RecordBatch, semantics: Semantics) -> Result<RecordBatch, DecodeError> {
     let schema = batch.schema();
     let mut fields = Vec::with_capacity(schema.fields().len());
     let mut columns = Vec::with_capacity(schema.fields().len());
     for (field, column) in schema.fields().iter().zip(batch.columns()) {
-        let (f, c) = convert(field, column.clone(), None)?;
+        let (f, c) = convert(field, column.clone(), None, semantics)?;
         fields.push(f);
         columns.push(c);
     }
@@ -91,12 +128,71 @@ fn zoned_timestamps(
         .collect::<Result<TimestampMicrosecondArray, _>>()
 }
 
+/// What Debezium's PostgreSQL connector (3.6) writes for `infinity` and `-infinity`, none of
+/// them a date or timestamp PostgreSQL can hold otherwise, so mapping them cannot alter one:
+/// - `date`, streamed: the epoch days of `-5877611-06-21` and `-06-22`;
+/// - `date`, snapshot: what `java.sql.Date` makes of pgjdbc's sentinel in a UTC JVM (another
+///   zone gives other days, which the replica then refuses as out of range);
+/// - `timestamp`: pgjdbc's `PGStatement.DATE_POSITIVE_INFINITY` / `DATE_NEGATIVE_INFINITY`
+///   (milliseconds) read as microseconds, then in the column's unit; nanoseconds saturate.
+const PG_DATE_INFINITIES: [(i32, i32); 2] = [
+    (-2_147_472_692, -2_147_472_691),
+    (-622_191_234, -625_821_272),
+];
+const PG_MICROS_INFINITY: (i64, i64) = (9_223_372_036_825_200_000, -9_223_372_036_832_400_000);
+
+/// PostgreSQL's infinities, from Debezium's sentinels to DuckDB's own: the ends of the type's
+/// range (`i64::MAX` / `-i64::MAX`; `i32::MAX` / `-i32::MAX` for dates), which the replica
+/// writes as PostgreSQL's.
+fn postgres_infinities(column: ArrayRef) -> ArrayRef {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::*;
+    fn map<T: ArrowPrimitiveType>(a: &ArrayRef, f: impl Fn(T::Native) -> T::Native) -> ArrayRef {
+        Arc::new(
+            a.as_primitive::<T>()
+                .unary::<_, T>(f)
+                .with_data_type(a.data_type().clone()),
+        )
+    }
+    let ts = |(pos, neg): (i64, i64)| {
+        move |v: i64| {
+            if v == pos {
+                INFINITY_MICROS
+            } else if v == neg {
+                NEG_INFINITY_MICROS
+            } else {
+                v
+            }
+        }
+    };
+    let date = |v: i32| match PG_DATE_INFINITIES.iter().find(|(p, n)| v == *p || v == *n) {
+        Some((p, _)) if v == *p => INFINITY_DAYS,
+        Some(_) => NEG_INFINITY_DAYS,
+        None => v,
+    };
+    let (us_pos, us_neg) = PG_MICROS_INFINITY;
+    match column.data_type() {
+        DataType::Timestamp(TimeUnit::Millisecond, None) => {
+            map::<TimestampMillisecondType>(&column, ts((us_pos / 1000, us_neg / 1000)))
+        }
+        DataType::Timestamp(TimeUnit::Microsecond, None) => {
+            map::<TimestampMicrosecondType>(&column, ts(PG_MICROS_INFINITY))
+        }
+        DataType::Timestamp(TimeUnit::Nanosecond, None) => {
+            map::<TimestampNanosecondType>(&column, ts((i64::MAX, i64::MIN)))
+        }
+        DataType::Date32 => map::<Date32Type>(&column, date),
+        _ => column,
+    }
+}
+
 /// `outer` marks rows whose enclosing struct is null: their child values are placeholders
 /// (arrow-avro writes `""` and `0` there) and are not parsed.
 fn convert(
     field: &FieldRef,
     column: ArrayRef,
     outer: Option<&NullBuffer>,
+    semantics: Semantics,
 ) -> Result<(FieldRef, ArrayRef), DecodeError> {
     let metadata = unquoted(field.metadata());
     match field.data_type() {
@@ -109,7 +205,7 @@ fn convert(
             let mut columns = Vec::with_capacity(children.len());
             let nulls = NullBuffer::union(outer, s.nulls());
             for (child, col) in children.iter().zip(s.columns()) {
-                let (f, c) = convert(child, col.clone(), nulls.as_ref())?;
+                let (f, c) = convert(child, col.clone(), nulls.as_ref(), semantics)?;
                 fields.push(f);
                 columns.push(c);
             }
@@ -132,7 +228,7 @@ fn convert(
                 .downcast_ref::<ListArray>()
                 .ok_or_else(|| internal("list column is not a ListArray"))?;
             // List values do not line up with rows; a null list holds no values.
-            let (item, values) = convert(item, l.values().clone(), None)?;
+            let (item, values) = convert(item, l.values().clone(), None, semantics)?;
             let array = ListArray::try_new(
                 item.clone(),
                 l.offsets().clone(),
@@ -148,7 +244,7 @@ fn convert(
             let target = metadata
                 .get("connect.name")
                 .or_else(|| metadata.get("connect.type"))
-                .and_then(|name| target_type(name, physical));
+                .and_then(|name| target(name, physical, semantics));
             let (data_type, column) = match target {
                 Some(t @ DataType::Timestamp(_, Some(_))) => {
                     let micros = zoned_timestamps(&column, outer)?;
@@ -156,6 +252,11 @@ fn convert(
                 }
                 Some(t) => {
                     let cast = arrow_cast::cast(&column, &t).map_err(internal)?;
+                    let cast = if semantics.postgres_infinities {
+                        postgres_infinities(cast)
+                    } else {
+                        cast
+                    };
                     (t, cast)
                 }
                 None => (physical.clone(), column),

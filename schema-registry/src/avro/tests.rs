@@ -265,3 +265,176 @@ fn a_too_wide_decimal_is_refused_before_it_reaches_the_batch() {
     dec.push(&insert(3, None, 3, 3, 300)).unwrap();
     assert_eq!(dec.flush().unwrap().unwrap().num_rows(), 2);
 }
+
+/// A record of temporal columns whose `source` names `connector`.
+fn temporal_schema(connector: Option<&str>) -> WriterSchema {
+    let t = |physical: &str, name: &str| json!({"type": physical, "connect.name": name});
+    let mut fields = vec![
+        json!({"name": "d", "type": t("int", "io.debezium.time.Date")}),
+        json!({"name": "ms", "type": t("long", "io.debezium.time.Timestamp")}),
+        json!({"name": "us", "type": t("long", "io.debezium.time.MicroTimestamp")}),
+        json!({"name": "ns", "type": t("long", "io.debezium.time.NanoTimestamp")}),
+        json!({"name": "t", "type": t("long", "io.debezium.time.MicroTime")}),
+        json!({"name": "z", "type": t("string", "io.debezium.time.ZonedTimestamp")}),
+    ];
+    if let Some(c) = connector {
+        fields.push(json!({"name": "source", "type": {"type": "record", "name": "Source",
+            "namespace": format!("io.debezium.connector.{c}"), "fields": [{"name": "db", "type": "string"}]}}));
+    }
+    let schema =
+        json!({"type": "record", "name": "Envelope", "namespace": "s.t", "fields": fields});
+    WriterSchema::parse_text(&schema.to_string()).unwrap()
+}
+
+fn temporal_row(d: i32, ms: i64, us: i64, ns: i64, t: i64, z: &str, source: bool) -> Vec<u8> {
+    let mut row = zigzag(i64::from(d));
+    for v in [ms, us, ns, t] {
+        row.extend(zigzag(v));
+    }
+    row.extend(string(z));
+    if source {
+        row.extend(string("db"));
+    }
+    row
+}
+
+fn decode_temporal(connector: Option<&str>, rows: &[Vec<u8>]) -> arrow_array::RecordBatch {
+    let schema = temporal_schema(connector);
+    assert_eq!(schema.connector().as_deref(), connector);
+    let [one, two] = [
+        AvroBatchDecoder::new(&schema, 8).unwrap(),
+        AvroBatchDecoder::via_arrow_avro(&schema, 8).unwrap(),
+    ]
+    .map(|mut dec| {
+        for r in rows {
+            dec.push(r).unwrap();
+        }
+        dec.flush().unwrap().unwrap()
+    });
+    assert_eq!(one, two, "one pass and two agree");
+    one
+}
+
+#[test]
+fn postgresql_infinities_become_duckdbs_and_extreme_years_arrive_exact() {
+    use arrow_array::types::*;
+    let rows = [
+        // Streamed `infinity` in every column.
+        temporal_row(
+            -2_147_472_692,
+            9_223_372_036_825_200,
+            9_223_372_036_825_200_000,
+            i64::MAX,
+            86_400_000_000,
+            "infinity",
+            true,
+        ),
+        // `-infinity`, the date as a snapshot reads it.
+        temporal_row(
+            -625_821_272,
+            -9_223_372_036_832_400,
+            -9_223_372_036_832_400_000,
+            i64::MIN,
+            0,
+            "-infinity",
+            true,
+        ),
+        // 4713 BC and far-future years.
+        temporal_row(
+            -2_440_550,
+            0,
+            -210_863_520_000_000_000,
+            0,
+            1,
+            "-4712-01-01T00:00:00.000000Z",
+            true,
+        ),
+        temporal_row(
+            2_145_042_905,
+            0,
+            0,
+            0,
+            2,
+            "+10000-01-01T00:00:00.000000Z",
+            true,
+        ),
+    ];
+    let batch = decode_temporal(Some("postgresql"), &rows);
+    let d = batch
+        .column_by_name("d")
+        .unwrap()
+        .as_primitive::<Date32Type>();
+    assert_eq!(
+        d.values().to_vec(),
+        [i32::MAX, -i32::MAX, -2_440_550, 2_145_042_905]
+    );
+    for (name, first) in [("ms", 0), ("us", 0), ("ns", 0)] {
+        let c = batch.column_by_name(name).unwrap();
+        let v = arrow_cast::cast(c, &DataType::Int64).unwrap();
+        let v = v.as_primitive::<Int64Type>();
+        assert_eq!(
+            (v.value(first), v.value(1)),
+            (i64::MAX, -i64::MAX),
+            "{name}"
+        );
+    }
+    let z = batch
+        .column_by_name("z")
+        .unwrap()
+        .as_primitive::<TimestampMicrosecondType>();
+    assert_eq!(
+        z.values().to_vec(),
+        [
+            i64::MAX,
+            -i64::MAX,
+            -210_863_520_000_000_000,
+            253_402_300_800_000_000
+        ]
+    );
+    assert_eq!(
+        batch.schema().field_with_name("t").unwrap().data_type(),
+        &DataType::Time64(TimeUnit::Microsecond)
+    );
+}
+
+#[test]
+fn mysql_time_is_a_span_and_other_sources_keep_their_values() {
+    use arrow_array::types::*;
+    let rows = [
+        temporal_row(0, 0, 0, 0, -3_020_399_000_000, "2024-01-01T00:00:00Z", true),
+        temporal_row(0, 0, 0, 0, 3_020_399_000_000, "2024-01-01T00:00:00Z", true),
+        temporal_row(0, 0, 0, 0, -1, "2024-01-01T00:00:00Z", true),
+    ];
+    for connector in ["mysql", "mariadb"] {
+        let batch = decode_temporal(Some(connector), &rows);
+        let t = batch.column_by_name("t").unwrap();
+        assert_eq!(t.data_type(), &DataType::Duration(TimeUnit::Microsecond));
+        assert_eq!(
+            t.as_primitive::<DurationMicrosecondType>()
+                .values()
+                .to_vec(),
+            [-3_020_399_000_000, 3_020_399_000_000, -1]
+        );
+    }
+    // Without a PostgreSQL source, a sentinel is a value like any other.
+    let rows = [temporal_row(
+        -2_147_472_692,
+        0,
+        9_223_372_036_825_200_000,
+        0,
+        0,
+        "infinity",
+        false,
+    )];
+    let batch = decode_temporal(None, &rows);
+    let d = batch
+        .column_by_name("d")
+        .unwrap()
+        .as_primitive::<Date32Type>();
+    assert_eq!(d.value(0), -2_147_472_692);
+    let us = batch
+        .column_by_name("us")
+        .unwrap()
+        .as_primitive::<TimestampMicrosecondType>();
+    assert_eq!(us.value(0), 9_223_372_036_825_200_000);
+}
