@@ -6,6 +6,10 @@ use arrow_array::types::*;
 use arrow_array::{Array, ArrayRef, BinaryArray, GenericListArray, StringArray, StructArray};
 use arrow_schema::{DataType, TimeUnit};
 
+use lakesink_schema_registry::avro::{
+    INFINITY_DAYS, INFINITY_MICROS, NEG_INFINITY_DAYS, NEG_INFINITY_MICROS,
+};
+
 use super::types::{ColumnType, Conv, Wire};
 
 /// Debezium's `unavailable.value.placeholder` default.
@@ -14,6 +18,38 @@ pub(crate) const PLACEHOLDER: &str = "__debezium_unavailable_value";
 /// 2000-01-01, PostgreSQL's epoch, from the Unix epoch.
 const PG_EPOCH_DAYS: i32 = 10_957;
 const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
+const DAY_MICROS: i64 = 86_400_000_000;
+
+/// PostgreSQL's binary date, from days since the Unix epoch. `infinity` and `-infinity` arrive
+/// as the decoder holds them (DuckDB's `i32::MAX` and `-i32::MAX`) and leave as PostgreSQL's
+/// (`i32::MAX`, `i32::MIN`); a finite date PostgreSQL cannot hold is refused, never wrapped.
+pub(crate) fn pg_date(days: i32) -> Result<i32, String> {
+    match days {
+        INFINITY_DAYS => Ok(i32::MAX),
+        NEG_INFINITY_DAYS => Ok(i32::MIN),
+        // PostgreSQL's range: 4714-11-24 BC (Julian day 0) to 5874897-12-31.
+        -2_440_588..=2_145_042_905 => Ok(days - PG_EPOCH_DAYS),
+        _ => Err(format!(
+            "{days} days from 1970-01-01 is outside PostgreSQL's dates (4714-11-24 BC to 5874897-12-31)"
+        )),
+    }
+}
+
+/// PostgreSQL's binary timestamp, from microseconds since the Unix epoch, with `infinity` as
+/// for [`pg_date`] (`i64::MAX`, `-i64::MAX` in, in any unit; `i64::MAX`, `i64::MIN` out).
+pub(crate) fn pg_timestamp(us: i64) -> Result<i64, String> {
+    // 4714-11-24 00:00 BC, PostgreSQL's first timestamp; its last (294276 AD) is past what
+    // Unix microseconds in an i64 reach.
+    const MIN: i64 = -210_866_803_200_000_000;
+    match us {
+        INFINITY_MICROS => Ok(i64::MAX),
+        NEG_INFINITY_MICROS => Ok(i64::MIN),
+        MIN.. => Ok(us - PG_EPOCH_MICROS),
+        _ => Err(format!(
+            "{us} µs from 1970-01-01 is before PostgreSQL's first timestamp (4714-11-24 BC)"
+        )),
+    }
+}
 
 /// A binary COPY stream being written.
 pub(crate) struct CopyBuf {
@@ -306,10 +342,15 @@ impl<'a> Enc<'a> {
                 numeric_binary(negative, &digits, scale.value(i), out)?;
             }
             Enc::Bits(a, n) => out.extend_from_slice(bit_string(a.value(i), *n).as_bytes()),
-            Enc::Date(a) => out.extend_from_slice(&(a.value(i) - PG_EPOCH_DAYS).to_be_bytes()),
+            Enc::Date(a) => out.extend_from_slice(&pg_date(a.value(i))?.to_be_bytes()),
             Enc::Micros(_, v, unit, wire) => {
                 let raw = v.get(i);
+                let infinite = raw == INFINITY_MICROS || raw == NEG_INFINITY_MICROS;
                 let us = match unit {
+                    // The infinities are the ends of the range in every unit.
+                    _ if infinite && matches!(wire, Wire::Timestamp | Wire::Timestamptz) => {
+                        Some(raw)
+                    }
                     TimeUnit::Second => raw.checked_mul(1_000_000),
                     TimeUnit::Millisecond => raw.checked_mul(1_000),
                     TimeUnit::Microsecond => Some(raw),
@@ -323,16 +364,22 @@ impl<'a> Enc<'a> {
                 .ok_or_else(|| format!("{raw} {unit:?} is out of range"))?;
                 match wire {
                     Wire::Timestamp | Wire::Timestamptz => {
-                        out.extend_from_slice(&(us - PG_EPOCH_MICROS).to_be_bytes())
+                        out.extend_from_slice(&pg_timestamp(us)?.to_be_bytes())
                     }
                     Wire::Interval => {
                         // Whole days as days, so `3 days 04:00` reads back as written; months
                         // stay 0: Debezium already folded them into microseconds.
-                        const DAY: i64 = 86_400_000_000;
-                        let days = i32::try_from(us / DAY).map_err(|_| "interval out of range")?;
-                        out.extend_from_slice(&(us % DAY).to_be_bytes());
+                        let days = i32::try_from(us / DAY_MICROS)
+                            .map_err(|_| format!("{us} µs is out of an interval's range"))?;
+                        out.extend_from_slice(&(us % DAY_MICROS).to_be_bytes());
                         out.extend_from_slice(&days.to_be_bytes());
                         out.extend_from_slice(&0i32.to_be_bytes());
+                    }
+                    // `time` holds 00:00 to 24:00 inclusive, as PostgreSQL's own check.
+                    Wire::Time if !(0..=DAY_MICROS).contains(&us) => {
+                        return Err(format!(
+                            "{us} µs is not a time of day (00:00 to 24:00), which `time` holds"
+                        ));
                     }
                     _ => out.extend_from_slice(&us.to_be_bytes()),
                 }
@@ -616,6 +663,110 @@ mod tests {
         assert!(e.is_placeholder(0) && !e.is_placeholder(1));
     }
 
+    /// The column type of a nullable column of `a`'s type.
+    fn ty_of(a: &ArrayRef) -> ColumnType {
+        let field = arrow_schema::Field::new("c", a.data_type().clone(), true);
+        super::super::types::column_type(&field).unwrap()
+    }
+
+    #[test]
+    fn extreme_dates_and_timestamps_are_written_or_refused_never_wrapped() {
+        assert_eq!(pg_date(INFINITY_DAYS), Ok(i32::MAX));
+        assert_eq!(pg_date(NEG_INFINITY_DAYS), Ok(i32::MIN));
+        assert_eq!(
+            pg_date(-2_440_588),
+            Ok(-2_451_545),
+            "4714-11-24 BC, Julian day 0"
+        );
+        assert_eq!(pg_date(2_145_042_905), Ok(2_145_031_948), "5874897-12-31");
+        for outside in [i32::MIN, -2_440_589, 2_145_042_906] {
+            assert!(pg_date(outside).is_err(), "{outside}");
+        }
+        assert_eq!(pg_timestamp(INFINITY_MICROS), Ok(i64::MAX));
+        assert_eq!(pg_timestamp(NEG_INFINITY_MICROS), Ok(i64::MIN));
+        assert_eq!(
+            pg_timestamp(-210_866_803_200_000_000),
+            Ok(-211_813_488_000_000_000)
+        );
+        assert_eq!(
+            pg_timestamp(i64::MAX - 1),
+            Ok(i64::MAX - 1 - PG_EPOCH_MICROS)
+        );
+        // Debezium's wrapped `timestamp` past 294247 AD lands here: refused, not -infinity.
+        for outside in [
+            i64::MIN,
+            -9_223_372_036_853_775_810,
+            -210_866_803_200_000_001,
+        ] {
+            assert!(pg_timestamp(outside).is_err(), "{outside}");
+        }
+    }
+
+    /// Every temporal and integer Arrow type, at the ends of its range and around zero, is
+    /// written or refused with a reason: never a panic, never a wrapped value.
+    #[test]
+    fn extreme_values_of_every_type_never_panic() {
+        use arrow_array::*;
+        let ends = [i64::MIN, -i64::MAX, -1, 0, 1, i64::MAX - 1, i64::MAX];
+        let ends32: Vec<i32> = [i32::MIN, -i32::MAX, -1, 0, 1, i32::MAX - 1, i32::MAX].to_vec();
+        let utc = || Some(std::sync::Arc::<str>::from("UTC"));
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(Int8Array::from(vec![i8::MIN, i8::MAX])),
+            Arc::new(Int16Array::from(vec![i16::MIN, i16::MAX])),
+            Arc::new(Int32Array::from(ends32.clone())),
+            Arc::new(Int64Array::from(ends.to_vec())),
+            Arc::new(Date32Array::from(ends32.clone())),
+            Arc::new(Time32SecondArray::from(ends32.clone())),
+            Arc::new(Time32MillisecondArray::from(ends32)),
+            Arc::new(Time64MicrosecondArray::from(ends.to_vec())),
+            Arc::new(Time64NanosecondArray::from(ends.to_vec())),
+            Arc::new(TimestampSecondArray::from(ends.to_vec())),
+            Arc::new(TimestampMillisecondArray::from(ends.to_vec()).with_timezone_opt(utc())),
+            Arc::new(TimestampMicrosecondArray::from(ends.to_vec())),
+            Arc::new(TimestampMicrosecondArray::from(ends.to_vec()).with_timezone_opt(utc())),
+            Arc::new(TimestampNanosecondArray::from(ends.to_vec())),
+            Arc::new(DurationSecondArray::from(ends.to_vec())),
+            Arc::new(DurationMillisecondArray::from(ends.to_vec())),
+            Arc::new(DurationMicrosecondArray::from(ends.to_vec())),
+            Arc::new(DurationNanosecondArray::from(ends.to_vec())),
+        ];
+        let mut written = 0;
+        for column in &columns {
+            let field = arrow_schema::Field::new("c", column.data_type().clone(), true);
+            let Ok(ty) = super::super::types::column_type(&field) else {
+                continue;
+            };
+            let enc = Enc::new(column, &ty).unwrap();
+            for i in 0..column.len() {
+                let mut out = Vec::new();
+                written += usize::from(enc.write(i, &mut out).is_ok());
+            }
+        }
+        assert!(written > 40, "{written}");
+        // A time of day holds 00:00 to 24:00 and nothing else.
+        let t: ArrayRef = Arc::new(Time64MicrosecondArray::from(vec![
+            -1,
+            0,
+            DAY_MICROS,
+            DAY_MICROS + 1,
+        ]));
+        let ty = ty_of(&t);
+        let e = Enc::new(&t, &ty).unwrap();
+        let ok: Vec<bool> = (0..4)
+            .map(|i| e.write(i, &mut Vec::new()).is_ok())
+            .collect();
+        assert_eq!(ok, [false, true, true, false]);
+        // Infinity in milliseconds is infinity, not an overflow.
+        let ms: ArrayRef = Arc::new(TimestampMillisecondArray::from(vec![i64::MAX, -i64::MAX]));
+        let ty = ty_of(&ms);
+        let e = Enc::new(&ms, &ty).unwrap();
+        let mut out = Vec::new();
+        e.write(0, &mut out).unwrap();
+        e.write(1, &mut out).unwrap();
+        assert_eq!(out[4..12], i64::MAX.to_be_bytes());
+        assert_eq!(out[16..24], i64::MIN.to_be_bytes());
+    }
+
     #[test]
     fn arrays_and_timestamps_in_binary() {
         let list: ArrayRef = Arc::new(
@@ -624,12 +775,7 @@ mod tests {
                 Some(vec![]),
             ]),
         );
-        let t = super::super::types::column_type(&arrow_schema::Field::new(
-            "l",
-            list.data_type().clone(),
-            true,
-        ))
-        .unwrap();
+        let t = ty_of(&list);
         let e = Enc::new(&list, &t).unwrap();
         let mut out = Vec::new();
         e.write(0, &mut out).unwrap();
@@ -645,12 +791,7 @@ mod tests {
             PG_EPOCH_MICROS * 1000,
             1,
         ]));
-        let t = super::super::types::column_type(&arrow_schema::Field::new(
-            "t",
-            ts.data_type().clone(),
-            true,
-        ))
-        .unwrap();
+        let t = ty_of(&ts);
         let e = Enc::new(&ts, &t).unwrap();
         out.clear();
         e.write(0, &mut out).unwrap();
