@@ -4,6 +4,9 @@ what it sees as JSON for tests/tests/raw_readback.rs to compare with the source 
     read_parquet.py FILE...            pyarrow: per file, every field's Arrow type and metadata
                                        (nested fields as `after.id`) and the rows
     read_parquet.py --duckdb SQL FILE  DuckDB: the rows of SQL, with `{file}` the file's path
+    read_parquet.py --physical FILE... pyarrow: the rows of every file, dates, times, timestamps
+                                       and durations as their stored integers (exact where
+                                       Python's datetime stops: BC, past 9999, infinities)
 
 Values are rendered in PostgreSQL's text forms, so they compare with `column::text`: numbers
 and decimals as text, booleans `true`/`false`, bytes `\\x<hex>`, times and timestamps without
@@ -84,6 +87,23 @@ def read_pyarrow(paths):
     return out
 
 
+def read_physical(paths):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = []
+    for path in paths:
+        table = pq.read_table(path)
+        columns = {}
+        for name in table.column_names:
+            col = table.column(name).combine_chunks()
+            if pa.types.is_temporal(col.type):
+                col = col.view(pa.int32() if col.type.bit_width == 32 else pa.int64())
+            columns[name] = [render(v) for v in col.to_pylist()]
+        out.extend(dict(zip(columns, row)) for row in zip(*columns.values()))
+    return out
+
+
 def read_duckdb(sql, path):
     import duckdb
 
@@ -96,6 +116,8 @@ def read_duckdb(sql, path):
 def main(argv):
     if argv[:1] == ["--duckdb"]:
         result = read_duckdb(argv[1], argv[2])
+    elif argv[:1] == ["--physical"]:
+        result = read_physical(argv[1:])
     else:
         result = read_pyarrow(argv)
     json.dump(result, sys.stdout)

@@ -1,0 +1,375 @@
+//! Conformance: every special value PostgreSQL holds, each in a row of its own so that one
+//! refusal cannot hide another, captured by real Debezium both in the snapshot and streamed,
+//! reaches the replica (compared with the source as text, as multisets both ways) and the raw
+//! layer (read back by DuckDB and by pyarrow, each value compared with the source's).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+
+use lakesink_schema_registry::{ChangeBatch, Format, IdKind};
+use lakesink_tests::debezium::decode_all;
+use lakesink_tests::{Stack, unique, unreachable};
+use lakesink_writers::parquet::ParquetWriter;
+use serde_json::Value;
+use sqlx::AssertSqlSafe;
+use sqlx::postgres::PgPool;
+
+use crate::support::{Capture, replicator, rows};
+
+const COLUMNS: &str = "id integer PRIMARY KEY, d date, ts timestamp, ts3 timestamp(3),
+  tstz timestamptz, tm time, f4 real, f8 double precision, t text";
+
+/// One row per value. `false`: streamed only, since Debezium 3.6's snapshot drops a BC
+/// date's era (4713 BC arrives as 4713 AD; docs/decoding.md, extreme values).
+const VALUES: &[(&str, &str, bool)] = &[
+    ("d", "'infinity'", true),
+    ("d", "'-infinity'", true),
+    ("d", "'4714-11-24 BC'", false),
+    ("d", "'0001-01-01 BC'", false),
+    ("d", "'5874897-12-31'", true),
+    ("ts", "'infinity'", true),
+    ("ts", "'-infinity'", true),
+    ("ts", "'4714-11-24 00:00:00 BC'", true),
+    ("ts", "'0001-01-01 00:00:00'", true),
+    ("ts", "'294247-01-09 23:59:59.999999'", true),
+    ("ts3", "'infinity'", true),
+    ("ts3", "'-infinity'", true),
+    ("ts3", "'4714-11-24 00:00:00.001 BC'", true),
+    ("tstz", "'infinity'", true),
+    ("tstz", "'-infinity'", true),
+    ("tstz", "'4714-11-24 00:00:00+00 BC'", true),
+    ("tstz", "'10000-01-01 00:00:00.000001+00'", true),
+    ("tstz", "'294247-01-09 12:00:00+00'", true),
+    ("tm", "'24:00:00'", true),
+    ("tm", "'00:00:00'", true),
+    ("tm", "'23:59:59.999999'", true),
+    ("f4", "'NaN'", true),
+    ("f4", "'Infinity'", true),
+    ("f4", "'-Infinity'", true),
+    ("f4", "'-0'", true),
+    ("f4", "'1.4e-45'", true),
+    ("f8", "'NaN'", true),
+    ("f8", "'Infinity'", true),
+    ("f8", "'-Infinity'", true),
+    ("f8", "'-0'", true),
+    ("f8", "'4.9e-324'", true),
+    ("f8", "'1.7976931348623157e308'", true),
+    ("f8", "'94247779607.69379'", true),
+    ("t", "''", true),
+    ("t", "'☃ \\ '' \" tab\t'", true),
+];
+
+/// Per column: the source's value as text, for comparing with the replica (as text) and with
+/// what the readers report. Temporal columns as integers since 1970 in their unit, or `inf`.
+fn physical(col: &str) -> String {
+    let finite = |int: &str| {
+        format!(
+            "CASE WHEN {col} IS NULL THEN NULL WHEN NOT isfinite({col}) THEN \
+             (CASE WHEN {col} > 'epoch' THEN 'inf' ELSE '-inf' END) ELSE ({int})::text END"
+        )
+    };
+    match col {
+        "d" => finite("d - date '1970-01-01'"),
+        "ts" | "tstz" => finite(&format!(
+            "(extract(epoch from {col}) * 1000000)::numeric(30,0)"
+        )),
+        "ts3" => finite("(extract(epoch from ts3) * 1000)::numeric(30,0)"),
+        "tm" => "(extract(epoch from tm) * 1000000)::bigint::text".into(),
+        other => format!("{other}::text"),
+    }
+}
+
+#[tokio::test]
+async fn every_special_value_reaches_the_replica_and_the_raw_layer() {
+    let stack = Stack::from_env();
+    let name = unique("extremes");
+    let src = PgPool::connect(&stack.source_pg_url)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}",
+                unreachable("PostgreSQL source", &stack.source_pg_url, e)
+            )
+        });
+    let exec = |sqls: Vec<String>| {
+        let src = src.clone();
+        async move {
+            for sql in sqls {
+                sqlx::query(AssertSqlSafe(sql.clone()))
+                    .execute(&src)
+                    .await
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            }
+        }
+    };
+    let insert = |id: usize, (col, value, _): &(&str, &str, bool)| {
+        format!("INSERT INTO public.{name} (id, {col}) VALUES ({id}, {value})")
+    };
+    let mut setup = vec![format!("CREATE TABLE public.{name} ({COLUMNS})")];
+    let snapshot: Vec<_> = VALUES.iter().filter(|v| v.2).collect();
+    setup.extend(snapshot.iter().enumerate().map(|(i, v)| insert(i + 1, v)));
+    setup.push(format!("INSERT INTO public.{name} (id) VALUES (999)"));
+    exec(setup).await;
+    let capture = Capture::start(&stack, &name, &[&name]).await;
+    exec(
+        VALUES
+            .iter()
+            .enumerate()
+            .map(|(i, v)| insert(1000 + i, v))
+            .collect(),
+    )
+    .await;
+    let records = capture.read(&[snapshot.len() + 1 + VALUES.len()]).await;
+    let avro = Format::Avro {
+        payload_ids: IdKind::ContentId,
+    };
+    let batches = decode_all(&stack, avro, &records).await;
+
+    // The source, each value in the forms compared below.
+    let cols: Vec<&str> = ["id", "d", "ts", "ts3", "tstz", "tm", "f4", "f8", "t"].to_vec();
+    let source = source_rows(&src, &name, &cols).await;
+    assert_eq!(source.len(), records.len(), "one source row per record");
+
+    // The replica: every row, every column, as the source's text.
+    let (r, schema) = replicator(|_| {}).await;
+    r.apply("extremes", &batches)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let text: Vec<String> = cols
+        .iter()
+        .map(|c| match *c {
+            "tstz" => "(tstz AT TIME ZONE 'UTC')::text".to_owned(),
+            c => format!("{c}::text"),
+        })
+        .collect();
+    let query = |schema: &str| {
+        format!(
+            "SELECT json_build_array({})::text FROM \"{schema}\".\"{name}\" ORDER BY id",
+            text.join(", ")
+        )
+    };
+    let want: Vec<(String,)> = sqlx::query_as(AssertSqlSafe(query("public")))
+        .fetch_all(&src)
+        .await
+        .expect("source rows");
+    let got: Vec<(String,)> = rows(&r, &query(&schema)).await;
+    let missing: Vec<_> = want.iter().filter(|w| !got.contains(w)).collect();
+    let extra: Vec<_> = got.iter().filter(|g| !want.contains(g)).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty() && got.len() == want.len(),
+        "replica differs from the source\nmissing: {missing:#?}\nextra: {extra:#?}"
+    );
+
+    // The raw layer, flattened, read by pyarrow and by DuckDB.
+    let dir = write_raw(&batches, &capture.topics[0]).await;
+    let glob = format!("{}/**/*.parquet", dir.0.display());
+    let pyarrow = read(
+        &stack,
+        &[vec!["--physical".to_owned()], parquet_files(&dir.0)].concat(),
+    );
+    let duck_exprs: Vec<String> = cols
+        .iter()
+        .map(|c| {
+            let e = match *c {
+                "d" | "ts" | "ts3" | "tstz" => {
+                    let int = match *c {
+                        "d" => "datediff('day', DATE '1970-01-01', d)".to_owned(),
+                        "ts3" => "epoch_ms(ts3)".to_owned(),
+                        _ => format!("epoch_us({c})"),
+                    };
+                    format!(
+                        "CASE WHEN {c} IS NULL THEN NULL WHEN isinf({c}) THEN \
+                         (CASE WHEN {c} > '1970-01-01' THEN 'inf' ELSE '-inf' END) \
+                         ELSE ({int})::VARCHAR END"
+                    )
+                }
+                "tm" => "tm::VARCHAR".to_owned(),
+                c => format!("{c}::VARCHAR"),
+            };
+            format!("{e} AS {c}")
+        })
+        .collect();
+    let duck = read(
+        &stack,
+        &[
+            "--duckdb".into(),
+            format!(
+                "SELECT {} FROM read_parquet('{{file}}') WHERE __op <> 'd' ORDER BY id",
+                duck_exprs.join(", ")
+            ),
+            glob,
+        ],
+    );
+    let by_id = |rows: &Value| -> BTreeMap<String, Value> {
+        rows.as_array()
+            .expect("rows")
+            .iter()
+            .map(|r| (r["id"].as_str().expect("id").to_owned(), r.clone()))
+            .collect()
+    };
+    let (pyarrow, duck) = (by_id(&pyarrow), by_id(&duck));
+    let mut wrong = Vec::new();
+    for (id, want) in &source {
+        for reader in ["pyarrow", "duckdb"] {
+            let row = if reader == "pyarrow" { &pyarrow } else { &duck };
+            let Some(got) = row.get(id) else {
+                wrong.push(format!("{reader}: row {id} missing"));
+                continue;
+            };
+            for c in &cols {
+                let (g, w) = (&got[*c], &want[*c]);
+                if !same(reader, c, g, w) {
+                    wrong.push(format!(
+                        "{reader}: row {id} {c}: read {g}, PostgreSQL has {w}"
+                    ));
+                }
+            }
+        }
+    }
+    assert_eq!(
+        pyarrow.len(),
+        source.len(),
+        "pyarrow: one row per source row"
+    );
+    assert_eq!(duck.len(), source.len(), "duckdb: one row per source row");
+    assert!(
+        wrong.is_empty(),
+        "the raw layer differs:\n{}",
+        wrong.join("\n")
+    );
+
+    capture.stop(&src).await;
+    exec(vec![format!("DROP TABLE public.{name}")]).await;
+}
+
+/// Whether a reader's value equals the source's: temporal values as integers (pyarrow, which
+/// stores `infinity` as the ends of the range), floats bit for bit, the rest as text.
+fn same(reader: &str, col: &str, got: &Value, want: &Value) -> bool {
+    let (Some(g), Some(w)) = (got.as_str(), want.as_str()) else {
+        return got.is_null() && want.is_null();
+    };
+    match col {
+        "d" | "ts" | "ts3" | "tstz" if reader == "pyarrow" => {
+            let ends = if col == "d" {
+                i64::from(i32::MAX)
+            } else {
+                i64::MAX
+            };
+            let g: i64 = g.parse().expect("an integer");
+            match w {
+                "inf" => g == ends,
+                "-inf" => g == -ends,
+                w => w.parse::<i64>().ok() == Some(g),
+            }
+        }
+        "tm" if reader == "duckdb" => {
+            let us: i64 = w.parse().expect("microseconds");
+            let (s, frac) = (us / 1_000_000, us % 1_000_000);
+            let text = format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60);
+            g == text || g == format!("{text}.{frac:06}")
+        }
+        "f4" => float(g).map(|v| (v as f32).to_bits()) == float(w).map(|v| (v as f32).to_bits()),
+        "f8" => float(g).map(f64::to_bits) == float(w).map(f64::to_bits),
+        _ => g == w,
+    }
+}
+
+/// PostgreSQL's, Python's and DuckDB's spellings of a float (`NaN`, `nan`, `Infinity`, `inf`).
+fn float(text: &str) -> Option<f64> {
+    let v: f64 = text.parse().ok()?;
+    // One NaN: the sign and payload of a NaN are not a value.
+    Some(if v.is_nan() { f64::NAN } else { v })
+}
+
+async fn source_rows(
+    src: &PgPool,
+    table: &str,
+    cols: &[&str],
+) -> BTreeMap<String, BTreeMap<String, Value>> {
+    let pairs: Vec<String> = cols
+        .iter()
+        .map(|c| format!("'{c}', {}", physical(c)))
+        .collect();
+    let sql = format!(
+        "SELECT json_build_object({})::text FROM public.\"{table}\"",
+        pairs.join(", ")
+    );
+    let rows: Vec<(String,)> = sqlx::query_as(AssertSqlSafe(sql.clone()))
+        .fetch_all(src)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    rows.into_iter()
+        .map(|(t,)| {
+            let row: BTreeMap<String, Value> = serde_json::from_str(&t).expect("json");
+            (row["id"].as_str().expect("id").to_owned(), row)
+        })
+        .collect()
+}
+
+/// Writes `batches` as flattened Parquet into a fresh `file://` directory.
+async fn write_raw(batches: &[ChangeBatch], topic: &str) -> Scratch {
+    let dir = Scratch(std::env::temp_dir().join(unique("extremes")));
+    std::fs::create_dir_all(&dir.0).expect("temp dir");
+    let toml = format!(
+        "[kafka]\nbrokers = \"127.0.0.1:9092\"\ntopics = [\"{topic}\"]\n\
+         [raw]\nurl = \"file://{}\"\ncontent = \"flattened\"\n",
+        dir.0.display()
+    );
+    let raw = lakesink_config::Config::from_toml(&toml, "extremes", Vec::new())
+        .unwrap_or_else(|e| panic!("config: {e}\n{toml}"))
+        .raw
+        .expect("[raw]");
+    let mut writer = ParquetWriter::new(&raw).expect("writer");
+    let now = chrono::Utc::now().timestamp_millis();
+    for b in batches {
+        writer.write(b, now).await.expect("write");
+    }
+    writer.close_all(now).await.expect("close");
+    while let Some(r) = writer.next_receipt().await {
+        r.expect("upload");
+    }
+    dir
+}
+
+/// A directory removed when the test ends, passed or failed.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        std::fs::remove_dir_all(&self.0).ok();
+    }
+}
+
+fn parquet_files(dir: &std::path::Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("read dir") {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "parquet") {
+                found.push(p.display().to_string());
+            }
+        }
+    }
+    assert!(!found.is_empty(), "no Parquet file in {}", dir.display());
+    found
+}
+
+/// `tests/python/read_parquet.py` with `args`, its JSON output.
+fn read(stack: &Stack, args: &[String]) -> Value {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python/read_parquet.py");
+    let out = Command::new(&stack.python)
+        .arg(script)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e} (run `dev/stack install`)", stack.python));
+    assert!(
+        out.status.success(),
+        "read_parquet.py {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("json from read_parquet.py")
+}
