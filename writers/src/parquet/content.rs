@@ -155,6 +155,39 @@ fn strip(field: Field, column: ArrayRef) -> Result<Option<(Field, ArrayRef)>, St
     Ok(Some((field, Arc::new(array))))
 }
 
+/// The rows of `batch` as a batch of key-only rows (tombstones) would be shaped: its
+/// coordinates and key, without the value's columns. `None` for a batch that is key-only (or
+/// not rows) already.
+pub fn tombstones_alone(
+    batch: &ChangeBatch,
+    content: Content,
+) -> Result<Option<RecordBatch>, String> {
+    if matches!(batch.shape, ValueShape::KeyOnly | ValueShape::NonData(_)) {
+        return Ok(None);
+    }
+    // The columns, in their order, of the batch the decoder makes of tombstones alone.
+    let schema = batch.rows.schema();
+    let keep: Vec<usize> = [
+        "__offset",
+        "__timestamp",
+        "__op",
+        "__tombstone",
+        "key",
+        HEADERS,
+    ]
+    .iter()
+    .filter_map(|c| schema.index_of(c).ok())
+    .collect();
+    let rows = batch.rows.project(&keep).map_err(|e| e.to_string())?;
+    let key_only = ChangeBatch {
+        shape: ValueShape::KeyOnly,
+        value_schema: None,
+        rows,
+        ..batch.clone()
+    };
+    shape(&key_only, content).map(Some)
+}
+
 /// The column of Kafka record headers, when the pipeline adds it.
 pub const HEADERS: &str = "__headers";
 

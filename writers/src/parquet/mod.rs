@@ -7,7 +7,10 @@
 //! the segment's offsets durable. [`ParquetWriter::pending_start`] is the first offset of a
 //! partition that is not durable yet; the consumer commits no further. After a crash the
 //! segment is read again from that offset, the marker makes it end at the same record, and
-//! the same keys are written again: each record lands in exactly one visible file.
+//! the same keys are written again: each record lands in exactly one visible file. For that,
+//! which file a row goes to depends on the row alone, never on how records were batched: a
+//! tombstone is written as the key-only row it decodes to on its own, also when it joined the
+//! batch of the delete before it.
 
 pub mod content;
 mod file;
@@ -295,6 +298,13 @@ impl ParquetWriter {
             .cloned();
         let shaped = content::shape(batch, self.s.content)
             .map_err(|reason| data_error(batch.first_offset, reason))?;
+        let tombstones_apart = match &tombstones {
+            Some(t) if !self.s.skip_tombstones && t.true_count() > 0 => {
+                content::tombstones_alone(batch, self.s.content)
+                    .map_err(|reason| data_error(batch.first_offset, reason))?
+            }
+            _ => None,
+        };
         let key: PartitionKey = (batch.topic.clone(), batch.partition);
         let s = self.s.clone();
         let mut from = 0;
@@ -339,41 +349,56 @@ impl ParquetWriter {
                 }
                 let slice_rows = rows.slice(from, len);
                 let slice_out = shaped.slice(from, len);
+                let slice_apart = tombstones_apart.as_ref().map(|t| t.slice(from, len));
                 let groups = s
                     .partitioner
                     .group(&slice_rows, batch.partition, &times)
                     .map_err(|(row, reason)| data_error(offsets.value(from + row), reason))?;
                 for (encoded, mut idx) in groups {
-                    if s.skip_tombstones
-                        && let Some(t) = &tombstones
-                    {
-                        idx.retain(|&i| !t.value(from + i as usize));
+                    let is_tombstone = |i: &u32| {
+                        tombstones
+                            .as_ref()
+                            .is_some_and(|t| t.value(from + *i as usize))
+                    };
+                    let mut apart = Vec::new();
+                    if s.skip_tombstones {
+                        idx.retain(|i| !is_tombstone(i));
+                    } else if slice_apart.is_some() {
+                        apart = idx.iter().copied().filter(is_tombstone).collect();
+                        idx.retain(|i| !is_tombstone(i));
                     }
-                    let Some(&first) = idx.first() else {
-                        continue;
-                    };
-                    let first_offset = offsets.value(from + first as usize);
-                    let out: RecordBatch = if idx.len() == len {
-                        slice_out.clone()
-                    } else {
-                        arrow_select::take::take_record_batch(&slice_out, &UInt32Array::from(idx))
-                            .map_err(|e| data_error(first_offset, e.to_string()))?
-                    };
-                    let file = file_for(&s, seg, &key, encoded, first_offset, out.schema())
-                        .map_err(|e| data_error(first_offset, e))?;
-                    file.write(&s.store, &out)
-                        .await
-                        .map_err(|source| match source {
-                            FileError::Parquet(e) => {
-                                data_error(first_offset, format!("parquet: {e}"))
-                            }
-                            source => RawError::File {
-                                topic: key.0.to_string(),
-                                partition: key.1,
-                                key: file.key.to_string(),
-                                source,
-                            },
-                        })?;
+                    let parts = [
+                        (&slice_out, idx),
+                        (slice_apart.as_ref().unwrap_or(&slice_out), apart),
+                    ];
+                    for (source, idx) in parts {
+                        let Some(&first) = idx.first() else {
+                            continue;
+                        };
+                        let first_offset = offsets.value(from + first as usize);
+                        let out: RecordBatch = if idx.len() == len {
+                            source.clone()
+                        } else {
+                            arrow_select::take::take_record_batch(source, &UInt32Array::from(idx))
+                                .map_err(|e| data_error(first_offset, e.to_string()))?
+                        };
+                        let file =
+                            file_for(&s, seg, &key, encoded.clone(), first_offset, out.schema())
+                                .map_err(|e| data_error(first_offset, e))?;
+                        file.write(&s.store, &out)
+                            .await
+                            .map_err(|source| match source {
+                                FileError::Parquet(e) => {
+                                    data_error(first_offset, format!("parquet: {e}"))
+                                }
+                                source => RawError::File {
+                                    topic: key.0.to_string(),
+                                    partition: key.1,
+                                    key: file.key.to_string(),
+                                    source,
+                                },
+                            })?;
+                    }
                 }
                 seg.rows += len as u64;
                 seg.last = offsets.value(to - 1);

@@ -227,20 +227,103 @@ async fn tombstones_are_kept_or_skipped() {
     let mut cols = b.rows.columns().to_vec();
     cols[3] = Arc::new(BooleanArray::from(vec![false, true, false]));
     b.rows = RecordBatch::try_new(b.rows.schema(), cols).expect("rows");
-    for (setting, expect) in [("keep", vec![0, 1, 2]), ("skip", vec![0, 2])] {
+    let file = |o: u32| format!("topics/t/partition=0/t+0+{o:010}.snappy.parquet");
+    for (setting, expect) in [
+        // A tombstone has a file of its own, as it would had it been decoded alone.
+        ("keep", vec![(file(0), vec![0, 2]), (file(1), vec![1])]),
+        ("skip", vec![(file(0), vec![0, 2])]),
+    ] {
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
         let mut w = writer(&store, &format!("tombstones = \"{setting}\""));
         w.write(&b, T0).await.expect("write");
         w.close_all(T0).await.expect("close");
         let r = drain(&mut w).await;
         assert_eq!(r[0].next_offset, 3, "skipped rows still count as done");
-        let got: Vec<i64> = files(&store)
-            .await
-            .into_iter()
-            .flat_map(|(_, o)| o)
-            .collect();
-        assert_eq!(got, expect);
+        assert_eq!(files(&store).await, expect, "{setting}");
     }
+}
+
+/// `batch` where `tombstones` are key-only rows: a null `after`, `__tombstone` set.
+fn with_tombstones(mut b: ChangeBatch, tombstones: &[i64]) -> ChangeBatch {
+    let offsets: Vec<i64> = b
+        .rows
+        .column(0)
+        .as_primitive::<Int64Type>()
+        .values()
+        .to_vec();
+    let is: Vec<bool> = offsets.iter().map(|o| tombstones.contains(o)).collect();
+    let mut cols = b.rows.columns().to_vec();
+    cols[2] = Arc::new(StringArray::from(
+        is.iter()
+            .map(|&t| if t { "d" } else { "c" })
+            .collect::<Vec<_>>(),
+    ));
+    cols[3] = Arc::new(BooleanArray::from(is.clone()));
+    let after = cols[4].as_struct();
+    cols[4] = Arc::new(StructArray::new(
+        after.fields().clone(),
+        after.columns().to_vec(),
+        Some(is.iter().map(|t| !t).collect::<Vec<_>>().into()),
+    ));
+    b.rows = RecordBatch::try_new(b.rows.schema(), cols).expect("rows");
+    b
+}
+
+/// The key-only batch the decoder makes of tombstones that open no data batch.
+fn tombstones_alone(offsets: std::ops::Range<i64>) -> ChangeBatch {
+    let b = with_tombstones(
+        batch(offsets.clone(), |o| T0 + o),
+        &offsets.collect::<Vec<_>>(),
+    );
+    ChangeBatch {
+        shape: ValueShape::KeyOnly,
+        rows: b.rows.project(&[0, 1, 2, 3]).expect("project"),
+        ..b
+    }
+}
+
+/// Every object's key and bytes.
+async fn objects(store: &Arc<dyn ObjectStore>) -> Vec<(String, bytes::Bytes)> {
+    let metas: Vec<_> = store.list(None).try_collect().await.expect("list");
+    let mut out = Vec::new();
+    for m in metas {
+        let bytes = store.get(&m.location).await.expect("get").bytes().await;
+        out.push((m.location.to_string(), bytes.expect("bytes")));
+    }
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn the_same_records_batched_otherwise_make_the_same_files() {
+    // One run: a tombstone joins the batch of the delete before it. Another: it arrives
+    // after that batch was handed over and is decoded alone, as after a restart.
+    let joined = [with_tombstones(batch(0..6, |o| T0 + o), &[3])];
+    let apart = [
+        with_tombstones(batch(0..3, |o| T0 + o), &[]),
+        tombstones_alone(3..4),
+        with_tombstones(batch(4..6, |o| T0 + o), &[]),
+    ];
+    let mut runs = Vec::new();
+    for batches in [&joined[..], &apart[..]] {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let mut w = writer(&store, "flush-size = 100");
+        for b in batches {
+            w.write(b, T0).await.expect("write");
+        }
+        w.close_all(T0).await.expect("close");
+        drain(&mut w).await;
+        let file = |o: u32| format!("topics/t/partition=0/t+0+{o:010}.snappy.parquet");
+        assert_eq!(
+            files(&store).await,
+            vec![(file(0), vec![0, 1, 2, 4, 5]), (file(3), vec![3])]
+        );
+        runs.push(objects(&store).await);
+    }
+    assert_eq!(
+        runs[0], runs[1],
+        "the same keys, the same bytes, the same marker"
+    );
 }
 
 #[tokio::test]
