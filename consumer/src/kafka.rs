@@ -132,26 +132,14 @@ pub(crate) fn subscribe(
     config: &KafkaConfig,
     telemetry: Option<Arc<Telemetry>>,
 ) -> anyhow::Result<(GroupConsumer, Revoked)> {
-    let mut cc = ClientConfig::new();
-    cc.set("bootstrap.servers", &config.brokers)
-        .set("group.id", &config.group_id)
+    let mut cc = fetch_config(config);
+    cc.set("group.id", &config.group_id)
         .set("enable.auto.commit", "true")
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
         .set("partition.assignment.strategy", "cooperative-sticky")
         // A regex subscription sees new topics only on a metadata refresh (default 5 min).
-        .set("topic.metadata.refresh.interval.ms", "10000")
-        // Fetch in 4 MiB per partition (librdkafka's 1 MiB starves a fast consumer; measured
-        // 60k against 158k rows/s into the replica), and bound the prefetch per partition
-        // (librdkafka's default is 64 MiB each) so memory does not grow with the partitions.
-        .set("max.partition.fetch.bytes", "4194304")
-        .set("fetch.max.bytes", "16777216")
-        .set("queued.max.messages.kbytes", "16384")
-        // With the prefetch bound that low, a partition's queue is often full, and librdkafka
-        // then waits fetch.queue.backoff.ms (1 s by default) before fetching it again: the
-        // consumer starved for up to a second at a time (replica snapshot 4.2 s against
-        // 3.4 s per million rows).
-        .set("fetch.queue.backoff.ms", "100");
+        .set("topic.metadata.refresh.interval.ms", "10000");
     if telemetry.is_some() {
         // For the lag gauges.
         cc.set("statistics.interval.ms", "5000");
@@ -180,6 +168,24 @@ pub(crate) fn subscribe(
         .with_context(|| format!("subscribing to {topics:?}"))?;
     info!(brokers = %config.brokers, group = %config.group_id, ?topics, "consuming");
     Ok((consumer, revoked))
+}
+
+/// The brokers and the fetch sizes of lakesink's consumers.
+fn fetch_config(config: &KafkaConfig) -> ClientConfig {
+    let mut cc = ClientConfig::new();
+    cc.set("bootstrap.servers", &config.brokers)
+        // Fetch in 4 MiB per partition (librdkafka's 1 MiB starves a fast consumer; measured
+        // 60k against 158k rows/s into the replica), and bound the prefetch per partition
+        // (librdkafka's default is 64 MiB each) so memory does not grow with the partitions.
+        .set("max.partition.fetch.bytes", "4194304")
+        .set("fetch.max.bytes", "16777216")
+        .set("queued.max.messages.kbytes", "16384")
+        // With the prefetch bound that low, a partition's queue is often full, and librdkafka
+        // then waits fetch.queue.backoff.ms (1 s by default) before fetching it again: the
+        // consumer starved for up to a second at a time (replica snapshot 4.2 s against
+        // 3.4 s per million rows).
+        .set("fetch.queue.backoff.ms", "100");
+    cc
 }
 
 /// The decoder's routes for records that are not rows.
