@@ -170,7 +170,7 @@ pub(crate) fn subscribe(
     Ok((consumer, revoked))
 }
 
-/// The brokers and the fetch sizes of lakesink's consumers.
+/// The brokers and the fetch sizes, shared by the group consumer and `tail`'s.
 fn fetch_config(config: &KafkaConfig) -> ClientConfig {
     let mut cc = ClientConfig::new();
     cc.set("bootstrap.servers", &config.brokers)
@@ -186,6 +186,29 @@ fn fetch_config(config: &KafkaConfig) -> ClientConfig {
         // 3.4 s per million rows).
         .set("fetch.queue.backoff.ms", "100");
     cc
+}
+
+/// A consumer outside the configured group, for `tail`: it is given partitions with
+/// `assign` and never commits or stores an offset. librdkafka needs a group id for `assign`,
+/// so it gets `throwaway_group`, which never joins (no subscription) and never commits.
+/// These settings come after `kafka.properties`: no property can make it commit or join.
+pub(crate) fn unsubscribed(
+    config: &KafkaConfig,
+    throwaway_group: &str,
+) -> anyhow::Result<GroupConsumer> {
+    let mut cc = fetch_config(config);
+    kafka_auth::configure(config, &mut cc)?;
+    for (k, v) in &config.properties {
+        cc.set(k, v);
+    }
+    cc.remove("group.instance.id");
+    cc.set("group.id", throwaway_group)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        // Only when a position falls out of the log while reading (retention).
+        .set("auto.offset.reset", "earliest");
+    cc.create_with_context(GroupContext::plain(config)?)
+        .context("creating the Kafka consumer")
 }
 
 /// The decoder's routes for records that are not rows.

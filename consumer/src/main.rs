@@ -51,12 +51,9 @@ enum Command {
         #[arg(short, long)]
         config: PathBuf,
     },
-    /// Consume the configured topics, decode each record and print one JSON line per row.
-    Tail {
-        /// The TOML config file.
-        #[arg(short, long)]
-        config: PathBuf,
-    },
+    /// Print the configured topics' records as one JSON line per row, from the end of each
+    /// partition by default. Outside the consumer group: commits nothing.
+    Tail(tail::TailArgs),
     /// Rebuild the replica, or a slice of it, from the raw layer (docs/replay.md).
     Replay(replay::ReplayArgs),
     /// Convert Kafka Connect sink configs (Confluent S3 sink, Confluent or Debezium JDBC sink)
@@ -85,8 +82,8 @@ enum Command {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let (path, tail) = match Cli::parse().command {
-        Command::Run { config } => (config, false),
-        Command::Tail { config } => (config, true),
+        Command::Run { config } => (config, None),
+        Command::Tail(args) => (args.config.clone(), Some(args)),
         Command::Replay(args) => {
             init_logs(LogFormat::Human);
             return replay::run(args).await;
@@ -112,16 +109,16 @@ async fn main() -> anyhow::Result<()> {
     );
     let config = config?;
     lakesink_writers::failpoint::arm(lakesink_config::failpoints_from_env());
-    if tail {
+    if let Some(args) = tail {
         let format = record_format(&config)?;
         return match format {
             format @ Format::Avro { .. } => {
                 let registry =
                     CachedResolver::new(HttpRegistry::new(registry_config(&config.registry)?)?);
-                tail::run(&config.kafka, registry, format).await
+                tail::run(&config.kafka, &args, registry, format).await
             }
             // JSON records carry or infer their schemas: no registry is asked.
-            format => tail::run(&config.kafka, FixedResolver::new(), format).await,
+            format => tail::run(&config.kafka, &args, FixedResolver::new(), format).await,
         };
     }
     let mut names = Vec::new();

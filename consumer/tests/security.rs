@@ -65,19 +65,21 @@ struct Tail {
 }
 
 impl Tail {
+    /// `lakesink tail --from-beginning --config CONFIG` (a tail starts at the end by default).
     fn start(config: &Path) -> Self {
-        Self::command("tail", config)
+        Self::with_env(&["tail", "--from-beginning"], config, &[])
     }
 
     /// `lakesink COMMAND --config CONFIG`.
     fn command(command: &str, config: &Path) -> Self {
-        Self::with_env(command, config, &[])
+        Self::with_env(&[command], config, &[])
     }
 
-    fn with_env(command: &str, config: &Path, env: &[(&str, &str)]) -> Self {
+    fn with_env(command: &[&str], config: &Path, env: &[(&str, &str)]) -> Self {
         let log = config.with_file_name("lakesink.log");
         let mut child = Command::new(env!("CARGO_BIN_EXE_lakesink"))
-            .args([command, "--config"])
+            .args(command)
+            .arg("--config")
             .arg(config)
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
@@ -389,7 +391,7 @@ async fn msk_iam_tokens_reach_the_broker_over_sasl_ssl() {
         ("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent"),
         ("AWS_EC2_METADATA_DISABLED", "true"),
     ];
-    let (status, log) = Tail::with_env("tail", &config, &env).exit(Duration::from_secs(60));
+    let (status, log) = Tail::with_env(&["tail"], &config, &env).exit(Duration::from_secs(60));
     assert!(
         !status.success(),
         "the broker cannot accept an MSK token; log:\n{log}"
