@@ -163,7 +163,7 @@ async fn pyarrow_and_duckdb_read_the_raw_layer_back_with_types_and_values() {
 
     // Envelope: the whole change event, the row image under `after`.
     let dir = write_raw(&batches, &connector.topic, "").await;
-    let file = single_file(&dir.0);
+    let (file, tombstone) = segment_files(&dir.0);
     let read = pyarrow(&python, &file);
     let fields = &read["fields"];
     for (field, ty) in [
@@ -177,7 +177,7 @@ async fn pyarrow_and_duckdb_read_the_raw_layer_back_with_types_and_values() {
         assert_eq!(fields[field]["type"], ty, "{field}");
     }
     check_columns(fields, "after.", &metadata);
-    let rows = read["rows"].as_array().expect("rows");
+    let rows = with_tombstone(&read, &pyarrow(&python, &tombstone));
     let column = |c: &str| -> Vec<Value> { rows.iter().map(|r| r[c].clone()).collect() };
     assert_eq!(column("__op"), ["r", "r", "u", "d", "d"]);
     assert_eq!(
@@ -194,7 +194,7 @@ async fn pyarrow_and_duckdb_read_the_raw_layer_back_with_types_and_values() {
 
     // Flattened: the row image as columns (the before image for deletes).
     let dir = write_raw(&batches, &connector.topic, "content = \"flattened\"").await;
-    let file = single_file(&dir.0);
+    let (file, tombstone) = segment_files(&dir.0);
     let read = pyarrow(&python, &file);
     let fields = &read["fields"];
     for (field, ty) in [
@@ -209,7 +209,7 @@ async fn pyarrow_and_duckdb_read_the_raw_layer_back_with_types_and_values() {
         assert_eq!(fields[field]["type"], ty, "{field}");
     }
     check_columns(fields, "", &metadata);
-    let rows = read["rows"].as_array().expect("rows");
+    let rows = with_tombstone(&read, &pyarrow(&python, &tombstone));
     let column = |c: &str| -> Vec<Value> { rows.iter().map(|r| r[c].clone()).collect() };
     assert_eq!(column("__op"), ["r", "r", "u", "d", "d"]);
     assert_eq!(
@@ -220,6 +220,7 @@ async fn pyarrow_and_duckdb_read_the_raw_layer_back_with_types_and_values() {
     assert_nulls_but_id(&rows[1]);
     assert_eq!(rows[2]["t"], "changed");
     assert_eq!(rows[3]["id"], "2", "a delete holds its before image");
+    assert_eq!(rows[4]["id"], "2", "the tombstone holds its key's fields");
 
     // DuckDB reads the same file.
     let duck = &duckdb(
@@ -256,7 +257,19 @@ async fn pyarrow_and_duckdb_read_the_raw_layer_back_with_types_and_values() {
         described["partition"], "BIGINT",
         "the hive partition column"
     );
-    assert_eq!(duck["n"], "5", "DuckDB counts every row");
+    assert_eq!(
+        duck["n"], "4",
+        "DuckDB counts every row but the tombstone's"
+    );
+    let tombstones = &duckdb(
+        &python,
+        "SELECT count(*) AS n, min(__offset) AS o FROM read_parquet('{file}')",
+        &tombstone,
+    )[0];
+    assert_eq!(
+        (&tombstones["n"], &tombstones["o"]),
+        (&Value::from("1"), &Value::from("4"))
+    );
     for col in ["n102", "n386", "d", "tm", "ts", "u", "iv", "money_"] {
         assert_eq!(duck[col], expected[col], "DuckDB value of {col}");
     }
@@ -462,7 +475,9 @@ impl Drop for Scratch {
     }
 }
 
-fn single_file(dir: &Path) -> PathBuf {
+/// The segment's two files: its rows, and its tombstone (a tombstone always has a file of
+/// its own, so that a restart writes the same files however records were batched).
+fn segment_files(dir: &Path) -> (PathBuf, PathBuf) {
     let mut found = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -475,8 +490,20 @@ fn single_file(dir: &Path) -> PathBuf {
             }
         }
     }
-    assert_eq!(found.len(), 1, "one segment, one file: {found:?}");
-    found.remove(0)
+    found.sort();
+    assert_eq!(
+        found.len(),
+        2,
+        "one segment, the rows' file and the tombstone's: {found:?}"
+    );
+    let tombstone = found.pop().expect("two files");
+    (found.remove(0), tombstone)
+}
+
+/// The rows of the rows' file, then the tombstone file's.
+fn with_tombstone(rows: &Value, tombstone: &Value) -> Vec<Value> {
+    let all = |v: &Value| v["rows"].as_array().expect("rows").clone();
+    [all(rows), all(tombstone)].concat()
 }
 
 fn check_python(stack: &Stack) -> String {
