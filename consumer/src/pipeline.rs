@@ -14,7 +14,7 @@ use anyhow::Context;
 use futures::FutureExt;
 use lakesink_config::KafkaConfig;
 use lakesink_schema_registry::{ChangeBatch, ChangeDecoder, Format, SchemaResolver};
-use lakesink_writers::parquet::ParquetWriter;
+use lakesink_writers::parquet::{Held, ParquetWriter, Positions};
 use rdkafka::Message;
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -108,6 +108,7 @@ pub(crate) async fn run<R: SchemaResolver>(
     let consumer = Arc::new(consumer);
     let replica = sinks.replica.as_ref().map(|r| r.offsets());
     let raw_on = sinks.raw.is_some();
+    let positions = sinks.raw.as_ref().map(ParquetWriter::positions);
     let with_headers = sinks.raw.as_ref().is_some_and(ParquetWriter::with_headers);
     let (tx, rx) = mpsc::channel(CHANNEL_ITEMS);
     let rewinds = sinks::Rewinds::default();
@@ -187,9 +188,18 @@ pub(crate) async fn run<R: SchemaResolver>(
                             (Some(_), true) => committed_raw_mark(&consumer, &part).await,
                             _ => None,
                         };
-                        let item =
-                            start(replica.as_ref(), raw_on, raw_mark, &part, msg.offset()).await?;
-                        let seek = seek_target(&item, msg.offset());
+                        let held = match &positions {
+                            Some(p) => raw_held(p, &part).await,
+                            None => None,
+                        };
+                        let (item, seek) = start(
+                            replica.as_ref(),
+                            (raw_on, raw_mark, held),
+                            &part,
+                            msg.offset(),
+                            &telemetry,
+                        )
+                        .await?;
                         send(&tx, item).await?;
                         if let Some(to) = seek {
                             consumer
@@ -252,38 +262,79 @@ fn flatten(done: Result<anyhow::Result<()>, tokio::task::JoinError>) -> anyhow::
     done.context("the sink task failed")?
 }
 
-/// On a partition's first record: where each sink stands. Kafka's offset is the lower of the
-/// two sinks' points, and `raw_mark` (from the commit's metadata) the raw layer's when it was
-/// ahead: the raw layer skips up to it. When the replica is behind the record anyway (a
-/// replica restored from an older backup, offsets committed by an older lakesink), the
-/// partition is read again from the replica's offset and the raw layer skips what it already
-/// holds; when the replica is ahead, it skips what it applied.
+/// On a partition's first record: where each sink stands, and where to read from when a
+/// sink holds less than Kafka's offset says. Kafka's offset is the lower of the two sinks'
+/// points, and `raw_mark` (from the commit's metadata) the raw layer's when it was ahead.
+/// `held` is what the raw layer's own store says it holds: its durable point, and the end of
+/// all it ever cut, which no offset lakesink commits can pass. A committed offset past that
+/// end was moved by something else (a group reset, an offset tool, another client): the
+/// partition is read again from the raw layer's own point, never skipped. When the replica is
+/// behind (a replica restored from an older backup), the partition is read again from its
+/// offset; each sink skips what it already holds.
 async fn start(
     replica: Option<&ReplicaOffsets>,
-    raw_on: bool,
-    raw_mark: Option<i64>,
+    (raw_on, raw_mark, held): (bool, Option<i64>, Option<Held>),
     part: &Part,
     first: i64,
-) -> anyhow::Result<Item> {
+    telemetry: &Telemetry,
+) -> anyhow::Result<(Item, Option<i64>)> {
     let replica_floor = match replica {
         Some(r) => r.next_offset(&part.0, part.1).await?,
         None => None,
     };
-    let behind = replica_floor.is_some_and(|next| next < first);
-    if behind {
-        info!(topic = %part.0, partition = part.1, from = ?replica_floor, to = first,
+    let replica_behind = replica_floor.filter(|&next| next < first);
+    if let Some(from) = replica_behind {
+        info!(topic = %part.0, partition = part.1, from, to = first,
             "the replica is behind: reading again from its offset");
     }
-    let raw_floor = match (behind, raw_mark) {
-        (_, Some(m)) if m > first => Some(m),
-        (true, _) => Some(first),
-        _ => None,
+    let raw_durable = match (held.and_then(|h| h.durable), raw_mark) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
     };
-    Ok(Item::Started {
+    let raw_behind = held
+        .filter(|h| raw_on && h.cut_end < first)
+        .map(|h| raw_durable.unwrap_or(h.cut_end));
+    if let (Some(from), Some(h)) = (raw_behind, held) {
+        warn!(topic = %part.0, partition = part.1, committed = first, raw_layer = h.cut_end, from,
+            "the group's committed offset is past everything the raw layer holds (offsets moved \
+             by a reset, a tool or another client): reading again from the raw layer's point");
+        telemetry
+            .metrics
+            .raw_rewinds
+            .get_or_create(&TopicLabels {
+                topic: part.0.clone(),
+            })
+            .inc();
+    }
+    let seek = replica_behind.into_iter().chain(raw_behind).min();
+    let from = seek.unwrap_or(first);
+    let raw_floor = match raw_durable {
+        Some(d) if d > from => Some(d),
+        Some(_) => None,
+        // Without a position of its own (a raw layer written before positions), below Kafka's
+        // offset the raw layer holds everything, as lakesink committed it.
+        None if replica_behind.is_some() && raw_behind.is_none() => Some(first),
+        None => None,
+    };
+    let item = Item::Started {
         part: part.clone(),
         raw_floor: raw_floor.filter(|_| raw_on),
         replica_floor,
-    })
+    };
+    Ok((item, seek))
+}
+
+/// What the raw layer holds of a partition. A failed lookup falls back to Kafka's offset (what
+/// every version before positions did), loudly.
+async fn raw_held(positions: &Positions, part: &Part) -> Option<Held> {
+    match positions.held(&part.0, part.1).await {
+        Ok(held) => held,
+        Err(e) => {
+            warn!(topic = %part.0, partition = part.1, error = %e,
+                "reading the raw layer's position; starting at the group's committed offset");
+            None
+        }
+    }
 }
 
 /// The raw layer's point from the partition's committed metadata (see
@@ -313,17 +364,6 @@ async fn committed_raw_mark(consumer: &Arc<kafka::GroupConsumer>, part: &Part) -
             warn!(error = %e, "reading the committed metadata");
             None
         }
-    }
-}
-
-/// Where to seek after [`start`]: the replica's offset when it is behind `first`.
-fn seek_target(item: &Item, first: i64) -> Option<i64> {
-    match item {
-        Item::Started {
-            replica_floor: Some(next),
-            ..
-        } if *next < first => Some(*next),
-        _ => None,
     }
 }
 

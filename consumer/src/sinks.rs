@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lakesink_schema_registry::{ChangeBatch, ValueShape};
-use lakesink_writers::parquet::{ParquetWriter, RawError, Receipt};
+use lakesink_writers::parquet::{ParquetWriter, Positions, RawError, Receipt};
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::mpsc;
@@ -130,6 +130,13 @@ struct Progress {
     caught_up_sent: Option<Instant>,
     caught_up_due: bool,
     raw_floor: HashMap<Part, i64>,
+    /// The raw layer's point per partition (its first offset not durable), as last stored,
+    /// and as last written to its own store ([`Progress::write_positions`]).
+    raw_points: HashMap<Part, i64>,
+    positions_written: HashMap<Part, i64>,
+    positions_sent: Option<Instant>,
+    positions_task: Option<tokio::task::JoinHandle<()>>,
+    positions: Option<Positions>,
     /// Partitions paused at the consumer because their replica lane is stuck.
     paused: HashSet<Part>,
     raw_out: RawOutage,
@@ -141,7 +148,10 @@ pub(crate) async fn run(
     consumer: Arc<GroupConsumer>,
     rewinds: Rewinds,
 ) -> anyhow::Result<()> {
-    let mut progress = Progress::default();
+    let mut progress = Progress {
+        positions: sinks.raw.as_ref().map(ParquetWriter::positions),
+        ..Progress::default()
+    };
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -188,6 +198,7 @@ pub(crate) async fn run(
                     progress.commit_if_caught_up(&consumer);
                 }
                 progress.commit_metadata(&consumer, false);
+                progress.write_positions(false).await;
             }
             item = items.recv(), if accept => match item {
                 None | Some(Item::Stop) => break,
@@ -243,6 +254,7 @@ pub(crate) async fn run(
         rep.drain().await?;
     }
     progress.store(&consumer, &sinks);
+    progress.write_positions(true).await;
     progress.commit_metadata(&consumer, true);
     Ok(())
 }
@@ -283,6 +295,8 @@ impl Progress {
         self.stored.remove(part);
         self.metadata_dirty.remove(part);
         self.raw_floor.remove(part);
+        self.raw_points.remove(part);
+        self.positions_written.remove(part);
         self.raw_out.forget(part);
         // Resumed as it goes, so that if it comes back to this member it is not still paused.
         if self.paused.remove(part) {
@@ -390,6 +404,9 @@ impl Progress {
                 );
                 self.raw_out.point(part).map_or(mark, |p| p.min(mark))
             });
+            if let Some(raw) = raw {
+                self.raw_points.insert(part.clone(), raw);
+            }
             let rep = sinks
                 .replica
                 .as_ref()
@@ -470,6 +487,61 @@ impl Progress {
             && let Err(e) = consumer.commit(&list, mode)
         {
             warn!(error = %e, "committing the raw layer's position");
+        }
+    }
+}
+
+impl Progress {
+    /// Writes the raw layer's point of each partition where it moved into the raw layer's own
+    /// store, where a restart reads it ([`Positions`]): every [`METADATA_EVERY`], or now and
+    /// awaited (shutdown). A failed write leaves an older position, from which a restart reads
+    /// a little again (the markers make that exact), so it is logged, not fatal.
+    async fn write_positions(&mut self, now: bool) {
+        let Some(positions) = self.positions.clone() else {
+            return;
+        };
+        let busy = self
+            .positions_task
+            .as_ref()
+            .is_some_and(|t| !t.is_finished());
+        let recent = self
+            .positions_sent
+            .is_some_and(|t| t.elapsed() < METADATA_EVERY);
+        if !now && (busy || recent) {
+            return;
+        }
+        let moved: Vec<(Part, i64)> = self
+            .raw_points
+            .iter()
+            .filter(|(part, next)| self.positions_written.get(*part) != Some(*next))
+            .map(|(part, next)| (part.clone(), *next))
+            .collect();
+        if moved.is_empty() {
+            return;
+        }
+        self.positions_sent = Some(Instant::now());
+        self.positions_written.extend(moved.iter().cloned());
+        let task = async move {
+            let writes = moved
+                .iter()
+                .map(|((t, p), next)| positions.write(t, *p, *next));
+            for (done, ((topic, partition), next)) in futures::future::join_all(writes)
+                .await
+                .into_iter()
+                .zip(&moved)
+            {
+                if let Err(e) = done {
+                    warn!(topic, partition, next, error = %e, "writing the raw layer's position");
+                }
+            }
+        };
+        if now {
+            if let Some(t) = self.positions_task.take() {
+                let _ = t.await;
+            }
+            task.await;
+        } else {
+            self.positions_task = Some(tokio::spawn(task));
         }
     }
 }

@@ -61,6 +61,7 @@ pub(crate) struct Metrics {
     pub(crate) non_data: Family<NonDataLabels, Counter>,
     pub(crate) registry_cache_hits: Counter<u64, AtomicU64>,
     pub(crate) registry_cache_misses: Counter<u64, AtomicU64>,
+    pub(crate) raw_rewinds: Family<TopicLabels, Counter>,
 }
 
 impl Metrics {
@@ -156,6 +157,13 @@ impl Metrics {
             "Writer schema lookups that asked the schema registry",
             registry_cache_misses.clone(),
         );
+        let raw_rewinds = Family::<TopicLabels, Counter>::default();
+        registry.register(
+            "raw_rewinds",
+            "Partitions whose committed offset was past everything the raw layer holds (moved \
+             by a reset, a tool or another client), read again from the raw layer's point",
+            raw_rewinds.clone(),
+        );
         Self {
             registry,
             consumed,
@@ -172,6 +180,7 @@ impl Metrics {
             non_data,
             registry_cache_hits,
             registry_cache_misses,
+            raw_rewinds,
         }
     }
 

@@ -18,6 +18,7 @@ mod joda;
 mod key;
 pub mod marker;
 mod partitioner;
+mod position;
 mod rolling;
 pub mod store;
 
@@ -46,6 +47,7 @@ pub use joda::JodaPattern;
 pub use key::KeyTemplate;
 pub use marker::Marker;
 use partitioner::{Partitioner, TimeSource};
+pub use position::{Held, Positions};
 pub use rolling::SegmentStats;
 pub use rolling::{RollingPolicy, Rotation};
 
@@ -178,6 +180,11 @@ pub struct ParquetWriter {
 }
 
 impl ParquetWriter {
+    /// The raw layer's positions, for the consuming side to read on assignment.
+    pub fn positions(&self) -> Positions {
+        Positions::new(self.s.store.clone(), &self.s.marker_prefix, &self.s.prefix)
+    }
+
     /// Whether rows should come with a `__headers` column (`headers = true`); the caller
     /// adds it, since the decoded batches do not carry headers.
     pub fn with_headers(&self) -> bool {
