@@ -99,7 +99,7 @@ pub enum RecordFormat {
 }
 
 /// The schema registry the records' writer schemas come from.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct RegistryConfig {
     /// Base URL, e.g. `http://127.0.0.1:8080`, or one ending in an API path.
@@ -110,6 +110,11 @@ pub struct RegistryConfig {
     /// converters write contentIds; Apicurio 2.x with headers off writes globalIds.
     #[serde(default)]
     pub payload_ids: PayloadIds,
+    /// Whether each schema id is checked to be registered for the record's topic (artifact
+    /// `<topic>-key`/`-value`, `<topic>` or the record's name), so an id read in the wrong id
+    /// space stops the run. Off only for producers naming artifacts some other way.
+    #[serde(default = "default_check_artifacts")]
+    pub check_artifacts: bool,
     /// HTTP basic auth.
     pub username: Option<String>,
     pub password: Option<Secret>,
@@ -164,6 +169,26 @@ impl std::fmt::Debug for Secret {
 
 fn default_registry_timeout_ms() -> u64 {
     10_000
+}
+
+fn default_check_artifacts() -> bool {
+    true
+}
+
+impl Default for RegistryConfig {
+    fn default() -> Self {
+        Self {
+            url: None,
+            api: None,
+            payload_ids: PayloadIds::default(),
+            check_artifacts: default_check_artifacts(),
+            username: None,
+            password: None,
+            oauth: None,
+            ca_file: None,
+            timeout_ms: default_registry_timeout_ms(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -471,6 +496,7 @@ mod tests {
         assert_eq!(c.kafka.topics_regex.as_deref(), Some("^demo\\..*"));
         assert!(c.kafka.properties.is_empty());
         assert_eq!(c.registry.payload_ids, PayloadIds::ContentId);
+        assert!(c.registry.check_artifacts);
         assert_eq!(c.kafka.format, RecordFormat::Avro);
     }
 

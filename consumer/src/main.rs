@@ -273,6 +273,7 @@ fn record_format(config: &Config) -> anyhow::Result<Format> {
                 PayloadIds::ContentId => IdKind::ContentId,
                 PayloadIds::GlobalId => IdKind::GlobalId,
             },
+            check_artifacts: config.registry.check_artifacts,
         },
     })
 }

@@ -24,7 +24,7 @@ use crate::avro::{AvroBatchDecoder, DecodeError, Node, SchemaError, WriterSchema
 use crate::connect_json::{self, JsonError};
 use crate::framing::{FramingError, IdKind, SchemaRef, Side, unframe};
 use crate::non_data::{NON_DATA_METADATA, NonData, Route, Routes, is_signal};
-use crate::registry::{RegistryError, SchemaResolver};
+use crate::registry::{Registration, RegistryError, SchemaResolver};
 
 /// One Kafka record, as plain values.
 #[derive(Clone, Copy)]
@@ -104,14 +104,140 @@ pub enum ChangeErrorKind {
     Model(String),
     #[error("a {0} record, not a row; refused by the non-data route")]
     NonData(NonData),
+    #[error("{0}")]
+    Mismatch(Box<Mismatch>),
+}
+
+/// A record side whose schema is not one of its topic's: the id was looked up in the wrong
+/// id space (`registry.payload-ids`) or the wrong registry. Never a record to skip or
+/// dead-letter: every record of the topic would go the same way.
+#[derive(Debug)]
+pub enum Mismatch {
+    /// The registry holds the schema under artifacts that do not belong to the topic.
+    Artifact {
+        topic: String,
+        side: Side,
+        schema: SchemaRef,
+        in_payload: bool,
+        /// The schema's record name, as resolved.
+        name: String,
+        registered: Vec<Registration>,
+        /// Where the same number is registered as an id of the other kind, when that fits the
+        /// topic.
+        other_kind: Option<Registration>,
+    },
+    /// A value schema of one kind of record keyed by the key schema of another (a table's key
+    /// on a heartbeat, a schema-change key on a row).
+    KeyValue {
+        key: SchemaRef,
+        key_name: String,
+        value: SchemaRef,
+        value_name: String,
+        in_payload: bool,
+    },
+}
+
+/// What an id read from the payload is, in `registry.payload-ids`' words.
+fn setting(kind: IdKind) -> &'static str {
+    match kind {
+        IdKind::ContentId => "content-id",
+        IdKind::GlobalId => "global-id",
+    }
+}
+
+fn other(kind: IdKind) -> IdKind {
+    match kind {
+        IdKind::ContentId => IdKind::GlobalId,
+        IdKind::GlobalId => IdKind::ContentId,
+    }
+}
+
+impl std::fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let origin = |schema: &SchemaRef, in_payload: bool| match (schema, in_payload) {
+            (SchemaRef::Id { kind, .. }, true) => format!(
+                "read from the payload as registry.payload-ids = \"{}\" says",
+                setting(*kind)
+            ),
+            _ => "named by the record's apicurio.* header".to_owned(),
+        };
+        let advice = |schema: &SchemaRef, in_payload: bool| match (schema, in_payload) {
+            (SchemaRef::Id { kind, .. }, true) => format!(
+                "the ids in this topic's payloads are probably {}s: check registry.payload-ids \
+                 (\"content-id\" or \"global-id\") against the producer's converter",
+                match other(*kind) {
+                    IdKind::ContentId => "contentId",
+                    IdKind::GlobalId => "globalId",
+                }
+            ),
+            _ => "check that registry.url is the registry this topic's producer registers in"
+                .to_owned(),
+        };
+        match self {
+            Mismatch::Artifact {
+                topic,
+                side,
+                schema,
+                in_payload,
+                name,
+                registered,
+                other_kind,
+            } => {
+                let registered: Vec<String> = registered.iter().map(|r| r.to_string()).collect();
+                write!(
+                    f,
+                    "{schema} ({}) resolved to schema {name}, registered as {}, which is not a \
+                     {side} schema of topic {topic} (artifact {topic}-{side}, {topic}, or the \
+                     record's name); ",
+                    origin(schema, *in_payload),
+                    registered.join(", "),
+                )?;
+                match (schema, other_kind) {
+                    (SchemaRef::Id { kind, id }, Some(fits)) => write!(
+                        f,
+                        "as a {} the same id {id} is {fits}: set registry.payload-ids = \"{}\"",
+                        match other(*kind) {
+                            IdKind::ContentId => "contentId",
+                            IdKind::GlobalId => "globalId",
+                        },
+                        setting(other(*kind)),
+                    )?,
+                    _ => f.write_str(&advice(schema, *in_payload))?,
+                }
+                f.write_str(
+                    ". The record is not skipped: lakesink stops. If the artifacts are named by \
+                     a custom strategy, registry.check-artifacts = false turns this check off",
+                )
+            }
+            Mismatch::KeyValue {
+                key,
+                key_name,
+                value,
+                value_name,
+                in_payload,
+            } => write!(
+                f,
+                "the key's {key} resolved to {key_name} and the value's {value} ({}) to \
+                 {value_name}: Debezium never writes these together, so an id names another \
+                 schema than the producer's; {}. The record is not skipped: lakesink stops",
+                origin(value, *in_payload),
+                advice(value, *in_payload),
+            ),
+        }
+    }
 }
 
 /// How the records' keys and values are encoded.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Format {
     /// Avro with a schema registry (Apicurio or Confluent framing); `payload_ids` says what an
-    /// id framed in the payload is.
-    Avro { payload_ids: IdKind },
+    /// id framed in the payload is. With `check_artifacts`, each id's schema must be one the
+    /// registry holds for the record's topic (off for producers naming artifacts some other
+    /// way than Debezium's converters can).
+    Avro {
+        payload_ids: IdKind,
+        check_artifacts: bool,
+    },
     /// Kafka Connect's JsonConverter with `schemas.enable=true`.
     ConnectJson,
     /// JsonConverter with `schemas.enable=false`: bare JSON values, typed by the Connect schema
@@ -125,6 +251,8 @@ pub enum Format {
 struct Split<'a> {
     schema: SchemaRef,
     datum: Cow<'a, [u8]>,
+    /// The id came from the payload: its kind is `registry.payload-ids`'.
+    id_in_payload: bool,
 }
 
 impl ChangeError {
@@ -134,6 +262,8 @@ impl ChangeError {
     pub fn is_bad_record(&self) -> bool {
         match &self.kind {
             ChangeErrorKind::Registry(e) => matches!(e, crate::RegistryError::NotFound { .. }),
+            // Configuration, not data: every record of the topic would follow this one.
+            ChangeErrorKind::Mismatch(_) => false,
             _ => true,
         }
     }
@@ -150,6 +280,8 @@ struct Prepared {
     shape: Result<ValueShape, NonData>,
     /// As a key schema: the kind of non-data record it keys (`ServerNameKey`, …), if any.
     key_kind: Option<NonData>,
+    /// The root record's full name (of the record branch of a root union), if any.
+    name: Option<String>,
 }
 
 impl Prepared {
@@ -159,11 +291,19 @@ impl Prepared {
             Node::Record { name, .. } => NonData::of_key_record_name(name),
             _ => None,
         };
+        let name = record_name(&schema.root).map(str::to_owned);
         Arc::new(Self {
             schema,
             shape,
             key_kind,
+            name,
         })
+    }
+
+    fn describe(&self) -> String {
+        self.name
+            .clone()
+            .unwrap_or_else(|| "a schema that is not a record".to_owned())
     }
 }
 
@@ -207,6 +347,8 @@ pub struct ChangeDecoder<R> {
     cache: CacheStats,
     /// Decoders built on the two-pass path (validation, then arrow-avro).
     two_pass: u64,
+    /// (topic, side, schema) found to belong together: checked once per process.
+    belongs: HashSet<(Arc<str>, Side, SchemaRef)>,
 }
 
 /// Writer-schema lookups: answered from the decoder's cache, or sent to the resolver.
@@ -231,6 +373,7 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
             ready: Vec::new(),
             cache: CacheStats::default(),
             two_pass: 0,
+            belongs: HashSet::default(),
         }
     }
 
@@ -259,11 +402,12 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
         headers: &dyn Fn(&str) -> Option<&'a [u8]>,
     ) -> Result<Split<'a>, ChangeErrorKind> {
         match &self.format {
-            &Format::Avro { payload_ids } => {
+            &Format::Avro { payload_ids, .. } => {
                 let f = unframe(side, bytes, headers, payload_ids)?;
                 Ok(Split {
                     schema: f.schema,
                     datum: Cow::Borrowed(f.datum),
+                    id_in_payload: f.id_in_payload,
                 })
             }
             Format::ConnectJson => self.json(connect_json::parse(bytes)?),
@@ -301,6 +445,7 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
         Ok(Split {
             schema,
             datum: Cow::Owned(record.datum()?),
+            id_in_payload: false,
         })
     }
 
@@ -314,6 +459,65 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
         let p = Prepared::new(WriterSchema::parse(&resolved)?);
         self.prepared.insert(schema.clone(), p.clone());
         Ok(p)
+    }
+
+    /// Checks that the registry holds `side`'s schema for `topic` (once per topic, side and
+    /// schema), when it can say where it holds it.
+    async fn check_belongs(
+        &mut self,
+        topic: &str,
+        side: Side,
+        split: &Split<'_>,
+        prepared: &Prepared,
+    ) -> Result<(), ChangeErrorKind> {
+        let SchemaRef::Id { kind, id } = split.schema else {
+            // Coordinates name their artifact themselves; inline schemas have none.
+            return Ok(());
+        };
+        if !matches!(
+            self.format,
+            Format::Avro {
+                check_artifacts: true,
+                ..
+            }
+        ) {
+            return Ok(());
+        }
+        let topic = self.topic(topic);
+        let seen = (topic, side, split.schema.clone());
+        if self.belongs.contains(&seen) {
+            return Ok(());
+        }
+        let name = prepared.name.as_deref();
+        let fits = |r: &Registration| belongs_to(&seen.0, side, name, r);
+        if let Some(registered) = self.resolver.registrations(&split.schema).await?
+            && !registered.iter().any(fits)
+        {
+            // The same number as the other kind of id: the likely fix, when it fits.
+            let other_kind = if split.id_in_payload {
+                let flipped = SchemaRef::Id {
+                    kind: other(kind),
+                    id,
+                };
+                self.resolver
+                    .registrations(&flipped)
+                    .await?
+                    .and_then(|rs| rs.into_iter().find(|r| belongs_to(&seen.0, side, None, r)))
+            } else {
+                None
+            };
+            return Err(ChangeErrorKind::Mismatch(Box::new(Mismatch::Artifact {
+                topic: seen.0.to_string(),
+                side,
+                schema: split.schema.clone(),
+                in_payload: split.id_in_payload,
+                name: prepared.describe(),
+                registered,
+                other_kind,
+            })));
+        }
+        self.belongs.insert(seen);
+        Ok(())
     }
 
     /// Decodes one record. Records of a partition must come in offset order. On error nothing
@@ -347,22 +551,40 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
             Err(e) => return Err(e),
         };
 
+        // Both sides' schemas, each checked against the topic, before the value's kind
+        // decides anything: a wrong id must stop the topic, not have its rows skipped.
         let mut value_prepared = None;
-        let mut non_data = None;
         if let Some(v) = &value {
             let p = self.prepare(&v.schema).await.map_err(at(Side::Value))?;
-            if let Err(kind) = p.shape {
-                if self.routes.get(kind) != Route::Keep {
-                    return self.not_a_row(kind).map_err(at(Side::Value));
-                }
-                non_data = Some(kind);
-            }
+            self.check_belongs(record.topic, Side::Value, v, &p)
+                .await
+                .map_err(at(Side::Value))?;
             value_prepared = Some(p);
         }
         let key_prepared = match &key {
-            Some(k) => Some(self.prepare(&k.schema).await.map_err(at(Side::Key))?),
+            Some(k) => {
+                let p = self.prepare(&k.schema).await.map_err(at(Side::Key))?;
+                self.check_belongs(record.topic, Side::Key, k, &p)
+                    .await
+                    .map_err(at(Side::Key))?;
+                Some(p)
+            }
             None => None,
         };
+        if let (Some(k), Some(kp), Some(v), Some(vp)) =
+            (&key, &key_prepared, &value, &value_prepared)
+        {
+            check_key_fits_value(k, kp, v, vp).map_err(at(Side::Value))?;
+        }
+        let mut non_data = None;
+        if let Some(p) = &value_prepared
+            && let Err(kind) = p.shape
+        {
+            if self.routes.get(kind) != Route::Keep {
+                return self.not_a_row(kind).map_err(at(Side::Value));
+            }
+            non_data = Some(kind);
+        }
         // A tombstone keyed like a non-data record is never a delete; it is not kept either
         // (there is no value to keep).
         if value.is_none()
@@ -543,17 +765,82 @@ fn append(
     }
 }
 
-/// Envelope, flattened row, or a record that is not a row at all.
-fn classify(root: &Node) -> Result<ValueShape, NonData> {
-    let record = match root {
+/// Whether an artifact (subject) is one the producer of `topic` registers `side`'s schema
+/// under, for the strategies Debezium's converters offer: `<topic>-key`/`-value` (Apicurio's
+/// TopicIdStrategy, Confluent's TopicNameStrategy, the defaults), `<topic>`
+/// (SimpleTopicIdStrategy), the record's name (RecordIdStrategy: the namespace as group and
+/// the simple name; Confluent's RecordNameStrategy: the full name) and `<topic>-<full name>`
+/// (TopicRecordNameStrategy). A topic renamed by replication (MirrorMaker's `<source>.<topic>`)
+/// matches without its first component too.
+fn belongs_to(topic: &str, side: Side, name: Option<&str>, r: &Registration) -> bool {
+    let a = r.artifact.as_str();
+    if let Some(name) = name {
+        let (namespace, simple) = match name.rsplit_once('.') {
+            Some((ns, simple)) => (Some(ns), simple),
+            None => (None, name),
+        };
+        if a == name || (a == simple && r.group.as_deref() == namespace) {
+            return true;
+        }
+    }
+    let suffix = match side {
+        Side::Key => "-key",
+        Side::Value => "-value",
+    };
+    let replicated = topic
+        .split_once('.')
+        .map(|(_, t)| t)
+        .filter(|t| !t.is_empty());
+    [Some(topic), replicated].into_iter().flatten().any(|t| {
+        a == t
+            || a.strip_prefix(t).is_some_and(|rest| {
+                rest == suffix || name.is_some_and(|n| rest.strip_prefix('-') == Some(n))
+            })
+    })
+}
+
+/// Debezium keys each kind of record by its own key schema: a table's rows by the table's
+/// key, heartbeats by `ServerNameKey`, schema changes by `SchemaChangeKey`, and so on. A
+/// record whose two sides disagree has at least one schema that is not the producer's.
+fn check_key_fits_value(
+    key: &Split<'_>,
+    key_prepared: &Prepared,
+    value: &Split<'_>,
+    value_prepared: &Prepared,
+) -> Result<(), ChangeErrorKind> {
+    let fits = match (value_prepared.shape, key_prepared.key_kind) {
+        // Notifications: their key is not Debezium's own named schema to go by.
+        (Err(NonData::Notification | NonData::Signal), _) => true,
+        (Err(kind), key_kind) => key_kind == Some(kind),
+        (Ok(_), key_kind) => key_kind.is_none(),
+    };
+    if fits {
+        return Ok(());
+    }
+    Err(ChangeErrorKind::Mismatch(Box::new(Mismatch::KeyValue {
+        key: key.schema.clone(),
+        key_name: key_prepared.describe(),
+        value: value.schema.clone(),
+        value_name: value_prepared.describe(),
+        in_payload: value.id_in_payload,
+    })))
+}
+
+/// The root record's name, or that of the record branch of a root union.
+fn record_name(root: &Node) -> Option<&str> {
+    match root {
         Node::Record { name, fields: _ } => Some(name.as_str()),
         Node::Union(branches) => branches.iter().find_map(|b| match b {
             Node::Record { name, .. } => Some(name.as_str()),
             _ => None,
         }),
         _ => None,
-    };
-    let name = record.unwrap_or_default();
+    }
+}
+
+/// Envelope, flattened row, or a record that is not a row at all.
+fn classify(root: &Node) -> Result<ValueShape, NonData> {
+    let name = record_name(root).unwrap_or_default();
     if let Some(kind) = NonData::of_record_name(name) {
         return Err(kind);
     }

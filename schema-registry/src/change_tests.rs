@@ -8,6 +8,7 @@ use crate::registry::FixedResolver;
 
 const AVRO: Format = Format::Avro {
     payload_ids: IdKind::ContentId,
+    check_artifacts: true,
 };
 const KEY: i64 = 1;
 const ENVELOPE: i64 = 2;
@@ -573,4 +574,156 @@ async fn a_reused_decoder_gives_the_same_arrow_schema() {
     }
     assert_eq!(schemas[0], schemas[1]);
     assert_eq!(schemas[1], schemas[2]);
+}
+
+const SCHEMA_CHANGE: i64 = 8;
+
+/// The reported case: the topic's records carry globalIds in their payloads, read as
+/// contentIds (the default). Content 8 is another connector's `SchemaChangeValue`, while
+/// globalId 8 is this topic's envelope; content 1 (the key) is this table's.
+fn wrong_space() -> FixedResolver {
+    let content = |id| SchemaRef::Id {
+        kind: IdKind::ContentId,
+        id,
+    };
+    let global = |id| SchemaRef::Id {
+        kind: IdKind::GlobalId,
+        id,
+    };
+    resolver()
+        .with(
+            content(SCHEMA_CHANGE),
+            json!({"type": "record", "name": "SchemaChangeValue",
+            "namespace": "io.debezium.connector.mysql",
+            "fields": [{"name": "databaseName", "type": "string"}]})
+            .to_string(),
+        )
+        .registered(content(KEY), "t.public.x-key")
+        .registered(content(ENVELOPE), "t.public.x-value")
+        .registered(content(SCHEMA_CHANGE), "mysql1-value")
+        .registered(global(SCHEMA_CHANGE), "t.public.x-value")
+}
+
+#[tokio::test]
+async fn a_schema_registered_for_another_topic_stops_instead_of_being_skipped() {
+    let mut dec = ChangeDecoder::new(wrong_space(), AVRO, 100);
+    // A row datum framed with an id that, as a contentId, is a schema-change schema.
+    let mut value = envelope(None, Some((1, "a")), "c");
+    value[4] = SCHEMA_CHANGE as u8;
+    let err = push(&mut dec, 7, Some(&key(1)), Some(&value))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err.kind, ChangeErrorKind::Mismatch(m) if matches!(**m, Mismatch::Artifact { .. })),
+        "{err}"
+    );
+    // Not a bad record: it stops the run even with a dead-letter topic.
+    assert!(!err.is_bad_record() && !err.is_retryable());
+    let text = err.to_string();
+    for part in [
+        "t.public.x[3] offset 7, value",
+        "contentId 8",
+        "io.debezium.connector.mysql.SchemaChangeValue",
+        "mysql1-value",
+        "registry.payload-ids",
+        r#"as a globalId the same id 8 is t.public.x-value: set registry.payload-ids = "global-id""#,
+    ] {
+        assert!(text.contains(part), "{part:?} not in {text}");
+    }
+    assert!(dec.finish_all().unwrap().is_empty());
+
+    // The topic's own schemas pass, and are checked once.
+    let mut dec = ChangeDecoder::new(wrong_space(), AVRO, 100);
+    for offset in 0..3 {
+        let value = envelope(None, Some((offset, "a")), "c");
+        let pushed = push(&mut dec, offset, Some(&key(offset)), Some(&value))
+            .await
+            .unwrap();
+        assert_eq!(pushed.non_data, None);
+    }
+    assert_eq!(dec.finish_all().unwrap()[0].rows.num_rows(), 3);
+
+    // Without the check (custom artifact names), the record goes where its schema says.
+    let unchecked = Format::Avro {
+        payload_ids: IdKind::ContentId,
+        check_artifacts: false,
+    };
+    let mut dec = ChangeDecoder::new(wrong_space(), unchecked, 100);
+    let pushed = push(&mut dec, 7, None, Some(&value)).await.unwrap();
+    assert_eq!(pushed.non_data, Some(NonData::SchemaChange));
+}
+
+#[test]
+fn artifacts_of_every_converter_strategy_belong_to_their_topic() {
+    let at = |group: Option<&str>, artifact: &str| Registration {
+        group: group.map(str::to_owned),
+        artifact: artifact.to_owned(),
+    };
+    let topic = "demo.public.customers";
+    let name = Some("demo.public.customers.Envelope");
+    let fits = |side, r: &Registration| belongs_to(topic, side, name, r);
+    // TopicIdStrategy / TopicNameStrategy, SimpleTopicIdStrategy.
+    assert!(fits(Side::Value, &at(None, "demo.public.customers-value")));
+    assert!(fits(Side::Key, &at(None, "demo.public.customers-key")));
+    assert!(fits(Side::Value, &at(Some("g"), "demo.public.customers")));
+    // RecordIdStrategy (namespace as group), RecordNameStrategy, TopicRecordNameStrategy.
+    assert!(fits(
+        Side::Value,
+        &at(Some("demo.public.customers"), "Envelope")
+    ));
+    assert!(fits(
+        Side::Value,
+        &at(None, "demo.public.customers.Envelope")
+    ));
+    assert!(fits(
+        Side::Value,
+        &at(None, "demo.public.customers-demo.public.customers.Envelope")
+    ));
+    // A topic replicated by MirrorMaker under `<source>.<topic>`.
+    let mirrored =
+        |r: &Registration| belongs_to("east.demo.public.customers", Side::Value, name, r);
+    assert!(mirrored(&at(None, "demo.public.customers-value")));
+
+    // Another topic's artifacts, the other side's, another record's.
+    assert!(!fits(Side::Value, &at(None, "demo.public.orders-value")));
+    assert!(!fits(Side::Value, &at(None, "demo.public.customers-key")));
+    assert!(!fits(Side::Key, &at(None, "demo.public.customers-value")));
+    assert!(!fits(Side::Value, &at(None, "mysql1-value")));
+    assert!(!fits(Side::Value, &at(Some("other"), "Envelope")));
+    assert!(!fits(
+        Side::Value,
+        &at(None, "demo.public.customers-value2")
+    ));
+    assert!(!fits(Side::Value, &at(None, "customers")));
+}
+
+#[tokio::test]
+async fn a_key_of_another_kind_of_record_is_a_mismatch_not_a_skip() {
+    // No registrations here: the rule needs no registry.
+    let mut dec = ChangeDecoder::new(resolver(), AVRO, 100);
+    let hb = framed(HEARTBEAT, zigzag(5));
+    let err = push(&mut dec, 4, Some(&key(1)), Some(&hb))
+        .await
+        .unwrap_err();
+    assert!(matches!(err.kind, ChangeErrorKind::Mismatch(_)), "{err}");
+    assert!(!err.is_bad_record());
+    let text = err.to_string();
+    assert!(
+        text.contains("t.public.x[3] offset 4")
+            && text.contains("contentId 3")
+            && text.contains("io.debezium.connector.common.Heartbeat")
+            && text.contains("registry.payload-ids"),
+        "{text}"
+    );
+    // A row keyed like a heartbeat.
+    let row = envelope(None, Some((1, "a")), "c");
+    let server = framed(SERVER_KEY, string("demo"));
+    let err = push(&mut dec, 5, Some(&server), Some(&row))
+        .await
+        .unwrap_err();
+    assert!(matches!(err.kind, ChangeErrorKind::Mismatch(_)), "{err}");
+    // Debezium's own pairs go through: a heartbeat keyed by ServerNameKey is skipped.
+    let pushed = push(&mut dec, 6, Some(&server), Some(&hb)).await.unwrap();
+    assert_eq!(pushed.non_data, Some(NonData::Heartbeat));
+    assert!(dec.finish_all().unwrap().is_empty());
 }

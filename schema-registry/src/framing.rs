@@ -13,7 +13,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 /// Which half of a Kafka record is being read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Side {
     Key,
     Value,
@@ -134,6 +134,8 @@ pub struct Framed<'a> {
     pub schema: SchemaRef,
     pub encoding: Encoding,
     pub datum: &'a [u8],
+    /// The id came from the payload, so its kind is configuration, not the record's word.
+    pub id_in_payload: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -183,6 +185,7 @@ pub fn unframe<'a, 'h>(
                 schema: SchemaRef::Id { kind, id },
                 encoding,
                 datum: payload,
+                id_in_payload: false,
             });
         }
     }
@@ -205,6 +208,7 @@ pub fn unframe<'a, 'h>(
             },
             encoding,
             datum: payload,
+            id_in_payload: false,
         });
     }
     let (id, datum) = payload_id(side, payload)?;
@@ -215,6 +219,7 @@ pub fn unframe<'a, 'h>(
         },
         encoding: Encoding::Binary,
         datum,
+        id_in_payload: true,
     })
 }
 
@@ -282,6 +287,7 @@ mod tests {
         assert_eq!(f.schema, id(IdKind::ContentId, 13));
         assert_eq!(f.datum, &[2, 4]);
         assert_eq!(f.encoding, Encoding::Binary);
+        assert!(f.id_in_payload);
     }
 
     #[test]
@@ -305,6 +311,7 @@ mod tests {
         let f = unframe(Side::Value, &payload, header, IdKind::ContentId).unwrap();
         assert_eq!(f.schema, id(IdKind::GlobalId, 10));
         assert_eq!(f.datum, &payload);
+        assert!(!f.id_in_payload);
     }
 
     #[test]

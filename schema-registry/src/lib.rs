@@ -11,11 +11,12 @@ pub mod non_data;
 pub mod registry;
 
 pub use change::{
-    CacheStats, ChangeBatch, ChangeDecoder, ChangeError, Format, KafkaRecord, Pushed, ValueShape,
+    CacheStats, ChangeBatch, ChangeDecoder, ChangeError, ChangeErrorKind, Format, KafkaRecord,
+    Mismatch, Pushed, ValueShape,
 };
 pub use framing::{Encoding, Framed, FramingError, IdKind, SchemaRef, Side, unframe};
 pub use non_data::{NON_DATA_METADATA, NonData, Route, Routes};
 pub use registry::{
     Api, Auth, Backoff, CachedResolver, FixedResolver, HttpRegistry, HttpRegistryConfig,
-    RegistryError, ResolvedSchema, SchemaResolver,
+    Registration, RegistryError, ResolvedSchema, SchemaResolver,
 };

@@ -56,6 +56,7 @@ async fn every_postgres_type_decodes_losslessly() {
 
     let avro = Format::Avro {
         payload_ids: IdKind::ContentId,
+        check_artifacts: true,
     };
     let mut batches = decode_all(&stack, avro, &records).await;
     assert_eq!(batches.len(), 1, "one schema, one batch");

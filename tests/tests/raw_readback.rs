@@ -156,6 +156,7 @@ async fn pyarrow_and_duckdb_read_the_raw_layer_back_with_types_and_values() {
     let records = connector.read(5).await;
     let avro = Format::Avro {
         payload_ids: IdKind::ContentId,
+        check_artifacts: true,
     };
     let batches = decode_all(&stack, avro, &records).await;
     assert_eq!(batches.len(), 1, "one schema, one batch");

@@ -3,7 +3,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::OnceCell;
 
-use super::{RegistryError, ResolvedSchema, SchemaResolver};
+use super::{Registration, RegistryError, ResolvedSchema, SchemaResolver};
 use crate::SchemaRef;
 
 type Slot = Arc<OnceCell<Arc<ResolvedSchema>>>;
@@ -54,6 +54,13 @@ impl<R: SchemaResolver> SchemaResolver for CachedResolver<R> {
         slot.get_or_try_init(|| self.inner.resolve(schema))
             .await
             .cloned()
+    }
+
+    async fn registrations(
+        &self,
+        schema: &SchemaRef,
+    ) -> Result<Option<Vec<Registration>>, RegistryError> {
+        self.inner.registrations(schema).await
     }
 }
 

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use tracing::warn;
 
 use super::auth::TokenCache;
-use super::{Auth, NamedSchema, RegistryError, ResolvedSchema, SchemaResolver};
+use super::{Auth, NamedSchema, Registration, RegistryError, ResolvedSchema, SchemaResolver};
 use crate::{IdKind, SchemaRef};
 
 /// Which REST API the registry speaks.
@@ -450,6 +450,82 @@ impl HttpRegistry {
     }
 }
 
+/// More artifacts than one content is shared by in practice; the rest are not looked at.
+const MAX_REGISTRATIONS: &str = "1000";
+
+impl HttpRegistry {
+    /// Where the registry holds an id, from its search API: Apicurio v3 `/search/versions`,
+    /// v2 `/search/artifacts` (both by globalId or contentId), ccompat
+    /// `/schemas/ids/{id}/versions`. A registry that cannot answer (no such endpoint, search
+    /// not allowed) gives None; only an unreachable one is an error.
+    async fn find_registrations(
+        &self,
+        kind: IdKind,
+        id: i64,
+    ) -> Result<Option<Vec<Registration>>, RegistryError> {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Found {
+            #[serde(default)]
+            group_id: Option<String>,
+            #[serde(default, alias = "id")]
+            artifact_id: Option<String>,
+            #[serde(default)]
+            subject: Option<String>,
+        }
+        #[derive(Deserialize)]
+        struct Page {
+            #[serde(default, alias = "artifacts")]
+            versions: Vec<Found>,
+        }
+        let what = describe(&Loc::Id(kind, id));
+        let param = match kind {
+            IdKind::GlobalId => "globalId",
+            IdKind::ContentId => "contentId",
+        };
+        let search = |segments: &[&str]| {
+            let mut url = self.url(segments);
+            url.query_pairs_mut()
+                .append_pair(param, &id.to_string())
+                .append_pair("limit", MAX_REGISTRATIONS);
+            url
+        };
+        let found: Result<Vec<Found>, RegistryError> = match self.api {
+            Api::ApicurioV3 => self
+                .get_json::<Page>(search(&["search", "versions"]), &what)
+                .await
+                .map(|p| p.versions),
+            Api::ApicurioV2 => self
+                .get_json::<Page>(search(&["search", "artifacts"]), &what)
+                .await
+                .map(|p| p.versions),
+            Api::Ccompat => {
+                let url = self.url(&["schemas", "ids", &id.to_string(), "versions"]);
+                self.get_json::<Vec<Found>>(url, &what).await
+            }
+        };
+        let found = match found {
+            Ok(found) => found,
+            Err(e @ RegistryError::Unavailable { .. }) => return Err(e),
+            Err(e) => {
+                warn!(id = %what, error = %e, "the registry does not say which artifact holds this id; not checked against the topic");
+                return Ok(None);
+            }
+        };
+        let registrations: Vec<Registration> = found
+            .into_iter()
+            .filter_map(|f| {
+                Some(Registration {
+                    group: f.group_id.filter(|g| g != "default"),
+                    artifact: f.artifact_id.or(f.subject)?,
+                })
+            })
+            .collect();
+        // Content no artifact holds any more (its versions deleted) tells nothing.
+        Ok((!registrations.is_empty()).then_some(registrations))
+    }
+}
+
 fn describe(loc: &Loc) -> String {
     match loc {
         Loc::Id(IdKind::GlobalId, id) => format!("globalId {id}"),
@@ -486,6 +562,16 @@ impl SchemaResolver for HttpRegistry {
             },
         };
         self.tree(&loc).await.map(Arc::new)
+    }
+
+    async fn registrations(
+        &self,
+        schema: &SchemaRef,
+    ) -> Result<Option<Vec<Registration>>, RegistryError> {
+        match schema {
+            SchemaRef::Id { kind, id } => self.find_registrations(*kind, *id).await,
+            _ => Ok(None),
+        }
     }
 }
 

@@ -35,12 +35,41 @@ pub struct NamedSchema {
     pub text: String,
 }
 
+/// Where the registry holds a schema id: an artifact (Apicurio) or a subject (the
+/// Confluent-compatible API, whose subjects have no group).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Registration {
+    /// None for Apicurio's default group, and for subjects.
+    pub group: Option<String>,
+    pub artifact: String,
+}
+
+impl std::fmt::Display for Registration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.group {
+            Some(g) => write!(f, "{g}/{}", self.artifact),
+            None => f.write_str(&self.artifact),
+        }
+    }
+}
+
 /// Turns a schema reference into schema text.
 pub trait SchemaResolver: Send + Sync {
     fn resolve(
         &self,
         schema: &SchemaRef,
     ) -> impl Future<Output = Result<Arc<ResolvedSchema>, RegistryError>> + Send;
+
+    /// The artifacts (subjects) that hold the schema an id names: one for a globalId, every
+    /// artifact sharing the content for a contentId. `None` when this resolver cannot tell
+    /// (not an id, a registry without search, a fixed set of schemas), and then nothing is
+    /// checked against it. Not cached: a content can gain artifacts.
+    fn registrations(
+        &self,
+        _schema: &SchemaRef,
+    ) -> impl Future<Output = Result<Option<Vec<Registration>>, RegistryError>> + Send {
+        async { Ok(None) }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -125,6 +125,7 @@ async fn replica_equals_the_source_after_real_debezium() {
     let records = capture.read(&[9, 9, 3]).await;
     let avro = Format::Avro {
         payload_ids: IdKind::ContentId,
+        check_artifacts: true,
     };
     let batches = decode_all(&stack, avro, &records).await;
 

@@ -123,6 +123,7 @@ async fn every_special_value_reaches_the_replica_and_the_raw_layer() {
     let records = capture.read(&[snapshot.len() + 1 + VALUES.len()]).await;
     let avro = Format::Avro {
         payload_ids: IdKind::ContentId,
+        check_artifacts: true,
     };
     let batches = decode_all(&stack, avro, &records).await;
 
