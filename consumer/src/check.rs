@@ -60,8 +60,9 @@ async fn bounded<T>(what: &str, f: impl Future<Output = Result<T, String>>) -> R
     }
 }
 
-/// Runs every check that applies to the config; true when none failed.
-pub(crate) async fn run(path: &Path) -> bool {
+/// Runs every check that applies to the config (and the source connectors' configs given);
+/// true when none failed.
+pub(crate) async fn run(path: &Path, source_connectors: &[std::path::PathBuf]) -> bool {
     let mut report = Report { failed: false };
     let config = match Config::load(path) {
         Ok(c) => {
@@ -86,6 +87,10 @@ pub(crate) async fn run(path: &Path) -> bool {
         .await;
         report.result("object store", r);
     }
+    for file in source_connectors {
+        let (status, text) = source_connector(&config, file);
+        report.line(status, "connector", &text);
+    }
     if let Some(replica) = &config.replica {
         let topics = config.kafka.topics.clone();
         let r = bounded(
@@ -96,6 +101,44 @@ pub(crate) async fn run(path: &Path) -> bool {
         report.result("database", r);
     }
     !report.failed
+}
+
+/// A source connector's settings that decide what reaches the replica: Debezium drops
+/// truncates before Kafka unless `skipped.operations` leaves `t` out (its default is `t`), so
+/// with `truncate-enabled` on the replica would keep rows the source truncated.
+fn source_connector(config: &Config, file: &Path) -> (Status, String) {
+    let shown = file.display();
+    let connector = match std::fs::read_to_string(file)
+        .map_err(|e| e.to_string())
+        .and_then(|text| lakesink_config::connect_import::connector_config(&text))
+    {
+        Ok(c) => c,
+        Err(e) => return (Status::Fail, format!("{shown}: {e}")),
+    };
+    let truncates = config.replica.as_ref().is_some_and(|r| r.truncate_enabled);
+    let skipped = connector.get("skipped.operations").map(String::as_str);
+    let drops_truncates = skipped.is_none_or(|ops| ops.split(',').any(|op| op.trim() == "t"));
+    match (truncates, drops_truncates) {
+        (true, true) => (
+            Status::Warn,
+            format!(
+                "{shown}: skipped.operations is {}, so Debezium drops truncates before Kafka and \
+                 the replica keeps truncated rows although replica.truncate-enabled is on; set \
+                 \"skipped.operations\": \"none\" in the connector",
+                skipped.map_or("unset (Debezium's default: \"t\")".to_owned(), |s| format!(
+                    "{s:?}"
+                ))
+            ),
+        ),
+        (true, false) => (
+            Status::Ok,
+            format!("{shown}: truncates reach Kafka and the replica applies them"),
+        ),
+        (false, _) => (
+            Status::Ok,
+            format!("{shown}: replica.truncate-enabled is off: truncates are not applied"),
+        ),
+    }
 }
 
 /// The brokers answer a metadata request; the configured topics are there (or the regex

@@ -76,6 +76,10 @@ enum Command {
         /// The TOML config file.
         #[arg(short, long)]
         config: PathBuf,
+        /// The Debezium source connector's config (Connect REST JSON, a bare config object or
+        /// .properties), checked against the config: `skipped.operations` and truncates.
+        #[arg(long = "source-connector")]
+        source_connectors: Vec<PathBuf>,
     },
 }
 
@@ -93,9 +97,12 @@ async fn main() -> anyhow::Result<()> {
             output,
             brokers,
         } => return import::run(&files, output.as_deref(), brokers),
-        Command::Check { config } => {
+        Command::Check {
+            config,
+            source_connectors,
+        } => {
             init_logs(LogFormat::Human);
-            if check::run(&config).await {
+            if check::run(&config, &source_connectors).await {
                 return Ok(());
             }
             std::process::exit(1);

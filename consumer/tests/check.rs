@@ -270,3 +270,73 @@ fn import_connect_prints_the_config_and_reports_on_stderr() {
         "{stderr}"
     );
 }
+
+/// Debezium drops truncates before Kafka by default (`skipped.operations=t`): with
+/// `truncate-enabled` on, `check` warns about a source connector that keeps that default.
+#[test]
+fn check_warns_when_the_source_connector_drops_truncates_the_replica_would_apply() {
+    let stack = Stack::from_env();
+    let dir = std::env::temp_dir().join(unique("lakesink-check"));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let config = |truncate: bool| {
+        let path = dir.join(format!("truncate-{truncate}.toml"));
+        std::fs::write(
+            &path,
+            format!(
+                "[kafka]\nbrokers = \"{}\"\ntopics = [\"t\"]\n[replica]\nurl = \"{}\"\ntruncate-enabled = {truncate}\n",
+                stack.kafka_brokers, stack.replica_pg_url
+            ),
+        )
+        .expect("write");
+        path
+    };
+    let connector = |file: &str, skipped: Option<&str>| {
+        let mut cfg = serde_json::json!({
+            "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+            "topic.prefix": "demo",
+        });
+        if let Some(s) = skipped {
+            cfg["skipped.operations"] = s.into();
+        }
+        let path = dir.join(file);
+        // The REST shape, as `GET /connectors/{name}` gives it.
+        let rest = serde_json::json!({"name": "demo", "config": cfg});
+        std::fs::write(&path, rest.to_string()).expect("write");
+        path
+    };
+    let unset = connector("unset.json", None);
+    let with_t = connector("with-t.json", Some("t,d"));
+    let none = connector("none.json", Some("none"));
+    let run = |config: &PathBuf, connectors: &[&PathBuf]| {
+        let mut args = vec!["check", "--config", config.to_str().expect("utf-8")];
+        for c in connectors {
+            args.extend(["--source-connector", c.to_str().expect("utf-8")]);
+        }
+        let out = lakesink(&args, &[]);
+        text(&out).0
+    };
+    let on = config(true);
+    let report = run(&on, &[&unset, &with_t, &none]);
+    let lines: Vec<&str> = report
+        .lines()
+        .filter(|l| l[4..].trim_start().starts_with("connector"))
+        .collect();
+    assert_eq!(lines.len(), 3, "{report}");
+    assert!(
+        lines[0].starts_with("WARN")
+            && lines[0].contains("skipped.operations is unset")
+            && lines[0].contains("\"skipped.operations\": \"none\""),
+        "{report}"
+    );
+    assert!(
+        lines[1].starts_with("WARN") && lines[1].contains("\"t,d\""),
+        "{report}"
+    );
+    assert!(lines[2].starts_with("OK"), "{report}");
+    // Truncates not applied: nothing to warn about.
+    let report = run(&config(false), &[&unset]);
+    assert!(
+        line(&report, "OK", "connector").is_some_and(|l| l.contains("truncate-enabled is off")),
+        "{report}"
+    );
+}

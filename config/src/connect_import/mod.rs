@@ -18,6 +18,12 @@ use std::path::Path;
 
 use crate::{Config, ConfigError};
 
+/// A connector config's keys and values (Connect REST JSON, a bare config object, or a
+/// `.properties` file), for checks that look at a source connector's settings.
+pub fn connector_config(text: &str) -> Result<std::collections::BTreeMap<String, String>, String> {
+    parse::parse(text).map(|c| c.config)
+}
+
 /// One connector config file.
 #[derive(Debug, Clone)]
 pub struct Input {
