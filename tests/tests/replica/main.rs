@@ -6,5 +6,6 @@ mod decimals;
 mod e2e;
 mod extremes;
 mod failure;
+mod fidelity;
 mod hand;
 mod support;

@@ -11,6 +11,10 @@
 //! staging table, halving its work again. If a key is there after all (a re-snapshot), the
 //! savepoint is rolled back and the same rows are upserted through the staging table; the
 //! caller then stops trying on that table for a while.
+//!
+//! The new key of a key change takes the columns its create left untouched from the old
+//! key's stored row: the staging table holds the old key too, and one `UPDATE … FROM` per
+//! group fills those columns in from the table before the `DELETE` removes the old row.
 
 use arrow_array::cast::AsArray;
 use lakesink_schema_registry::ChangeBatch;
@@ -36,6 +40,8 @@ pub(crate) struct Counts {
     pub truncated: bool,
     /// A plain insert of fresh rows met a stored key and was redone as an upsert.
     pub fresh_conflict: bool,
+    /// Rows of keys moved from another key, with columns copied from the old key's row.
+    pub moved: u64,
 }
 
 fn row_at(batches: &[ChangeBatch], work: &TableWork<'_>, r: RowRef) -> At {
@@ -64,10 +70,18 @@ enum Kind {
     Insert,
 }
 
-/// Rows written alike: the same kind and the same set of columns written.
+/// Rows written alike: the same kind, the same set of columns written, and the same set of
+/// those copied from the stored row of the key they moved from.
 struct Group {
     kind: Kind,
     present: Vec<bool>,
+    from_old: Vec<bool>,
+}
+
+impl Group {
+    fn moves(&self) -> bool {
+        self.from_old.iter().any(|c| *c)
+    }
 }
 
 /// The key columns, then the columns `g` writes.
@@ -130,6 +144,7 @@ pub(crate) async fn apply_table(
     // Group the rows.
     let mut groups: Vec<Group> = Vec::new();
     let mut present: Vec<bool> = Vec::with_capacity(ncols);
+    let mut from_old: Vec<bool> = Vec::with_capacity(ncols);
     let mut rows: Vec<Row<'_>> = Vec::with_capacity(entries.len() + work.inserts.len());
     let keyed = entries.iter().zip(&fresh).map(|((k, n), &f)| {
         let kind = if f && try_plain_insert {
@@ -155,18 +170,21 @@ pub(crate) async fn apply_table(
                 } else {
                     counts.inserted += 1;
                 }
+                from_old.clear();
+                from_old.extend((0..ncols).map(|c| net.is_some_and(|n| n.copies_old(c))));
                 present.clear();
-                present.extend((0..ncols).map(|c| cell(net, base, c).is_some()));
+                present.extend((0..ncols).map(|c| from_old[c] || cell(net, base, c).is_some()));
                 // Groups are few (kinds times sets of columns a run leaves untouched).
                 match groups
                     .iter()
-                    .position(|g| g.kind == kind && g.present == present)
+                    .position(|g| g.kind == kind && g.present == present && g.from_old == from_old)
                 {
                     Some(g) => g + 1,
                     None => {
                         groups.push(Group {
                             kind,
                             present: present.clone(),
+                            from_old: from_old.clone(),
                         });
                         groups.len()
                     }
@@ -207,7 +225,9 @@ pub(crate) async fn apply_table(
     // Rows the table cannot hold yet go straight in by binary COPY, where every column's
     // wire type is the column's type: no staging table, no second pass over the rows.
     let fits = |g: &Group| {
-        columns_of(work, g).all(|c| meta.types.get(&c.name).is_some_and(|t| c.ty.wire.fits(t)))
+        !g.moves()
+            && columns_of(work, g)
+                .all(|c| meta.types.get(&c.name).is_some_and(|t| c.ty.wire.fits(t)))
     };
     // Per group: copied straight into the table; a fresh group's copy met a stored key.
     let mut done = vec![false; groups.len()];
@@ -263,8 +283,11 @@ pub(crate) async fn apply_table(
         return Ok(counts);
     }
 
-    // The rest through a staging table: __grp (0 delete, else the group), keys, columns.
+    // The rest through a staging table: __grp (0 delete, else the group), keys, columns,
+    // and when keys moved, the old keys.
     let stage = quote(&format!("lakesink_stage_{seq}"));
+    let moves = groups.iter().any(Group::moves);
+    let old_col = |k: usize| quote(&format!("__lakesink_old_{k}"));
     let mut defs = vec!["\"__grp\" integer".to_owned()];
     defs.extend(
         work.pk
@@ -272,6 +295,14 @@ pub(crate) async fn apply_table(
             .chain(&work.cols)
             .map(|c| format!("{} {}", quote(&c.name), c.ty.wire.sql())),
     );
+    if moves {
+        defs.extend(
+            work.pk
+                .iter()
+                .enumerate()
+                .map(|(k, c)| format!("{} {}", old_col(k), c.ty.wire.sql())),
+        );
+    }
     sqlx::query(AssertSqlSafe(format!(
         "CREATE TEMP TABLE {stage} ({}) ON COMMIT DROP",
         defs.join(", ")
@@ -279,7 +310,7 @@ pub(crate) async fn apply_table(
     .execute(&mut *conn)
     .await
     .map_err(db(&work.at))?;
-    let nfields = 1 + work.pk.len() + ncols;
+    let nfields = 1 + work.pk.len() + ncols + if moves { work.pk.len() } else { 0 };
     let sql = format!("COPY {stage} FROM STDIN (FORMAT binary)");
     copy_rows(conn, &sql, rows.iter().filter(staged), |buf, row| {
         buf.row(nfields);
@@ -287,7 +318,14 @@ pub(crate) async fn apply_table(
         buf.buf.extend_from_slice(&4i32.to_be_bytes());
         buf.buf.extend_from_slice(&grp.to_be_bytes());
         buf.buf.extend_from_slice(row.key);
-        write(buf, row, true)
+        write(buf, row, true)?;
+        if moves {
+            match row.net.and_then(Net::moved) {
+                Some(m) => buf.buf.extend_from_slice(&m.old_key),
+                None => work.pk.iter().for_each(|_| buf.null()),
+            }
+        }
+        Ok(())
     })
     .await
     .map_err(|e| e.at(&work.at))?;
@@ -298,6 +336,56 @@ pub(crate) async fn apply_table(
         let ty = meta.types.get(name).map_or("text", String::as_str);
         format!("s.{}::{ty}", quote(name))
     };
+    // Moved keys take their old key's stored values, before the old key's delete.
+    for (g, group) in groups.iter().enumerate().filter(|(_, g)| g.moves()) {
+        let grp = g + 1;
+        let set: Vec<String> = work
+            .cols
+            .iter()
+            .zip(&group.from_old)
+            .filter(|(_, copy)| **copy)
+            .map(|(c, _)| format!("{0} = o.{0}::{1}", quote(&c.name), c.ty.wire.sql()))
+            .collect();
+        let on: Vec<String> = work
+            .pk
+            .iter()
+            .enumerate()
+            .map(|(k, c)| {
+                let ty = meta.types.get(&c.name).map_or("text", String::as_str);
+                format!("o.{} = s.{}::{ty}", quote(&c.name), old_col(k))
+            })
+            .collect();
+        let copied = sqlx::query(AssertSqlSafe(format!(
+            "UPDATE {stage} AS s SET {} FROM {table} AS o WHERE s.\"__grp\" = {grp} AND {}",
+            set.join(", "),
+            on.join(" AND ")
+        )))
+        .execute(&mut *conn)
+        .await
+        .map_err(db(&work.at))?
+        .rows_affected();
+        let members = rows.iter().filter(|r| r.grp == grp).count() as u64;
+        counts.moved += members;
+        if copied < members {
+            let cols: Vec<&str> = work
+                .cols
+                .iter()
+                .zip(&group.from_old)
+                .filter(|(_, copy)| **copy)
+                .map(|(c, _)| c.name.as_str())
+                .collect();
+            tracing::warn!(
+                table = %work.name,
+                topic = work.at.topic,
+                partition = work.at.partition,
+                offsets = ?work.at.offsets,
+                columns = ?cols,
+                rows = members - copied,
+                "a key change's old row is not in the replica: the new row's unchanged \
+                 (TOASTed) columns are left NULL"
+            );
+        }
+    }
     if any_delete {
         let on: Vec<String> = work
             .pk

@@ -3,6 +3,11 @@
 //! The last event for a key wins, except that columns an update left untouched (Debezium's
 //! unchanged-TOAST placeholder, or a column the record's schema does not have yet) keep the
 //! value an earlier upsert in the run gave them, or stay untouched in the table.
+//!
+//! A primary key change arrives as a delete of the old key and a create of the new one, both
+//! from one WAL record (the same source LSN and transaction: their [`Move`]). The create's
+//! untouched columns are what the old key's row held: its value from earlier in the run, or
+//! else the old row as stored, which the apply copies before it deletes it.
 
 use std::hash::BuildHasher;
 
@@ -15,6 +20,10 @@ pub(crate) struct RowRef {
     pub row: u32,
 }
 
+/// What pairs the delete and the create of one primary key change: the source's LSN and
+/// transaction id of the change.
+pub(crate) type Move = (i64, Option<i64>);
+
 /// What to do with a key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Net {
@@ -24,20 +33,47 @@ pub(crate) enum Net {
     Upsert {
         base: RowRef,
         cols: Option<Vec<Option<RowRef>>>,
+        /// The key was moved here from another: the columns marked true come from the stored
+        /// row of that old key (encoded like the key), copied before the old key's delete.
+        moved: Option<Moved>,
     },
     /// Delete the key.
     Delete(RowRef),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Moved {
+    pub old_key: Vec<u8>,
+    pub cols: Vec<bool>,
 }
 
 impl Net {
     /// Where column `c`'s value comes from.
     pub(crate) fn source(&self, c: usize) -> Option<RowRef> {
         match self {
-            Net::Upsert { base, cols: None } => Some(*base),
+            Net::Upsert {
+                base, cols: None, ..
+            } => Some(*base),
             Net::Upsert {
                 base,
                 cols: Some(v),
+                ..
             } => v.get(c).copied().unwrap_or(Some(*base)),
+            Net::Delete(_) => None,
+        }
+    }
+
+    /// Whether column `c` comes from the stored row of the key this one moved from.
+    pub(crate) fn copies_old(&self, c: usize) -> bool {
+        match self {
+            Net::Upsert { moved: Some(m), .. } => m.cols.get(c).copied().unwrap_or(false),
+            _ => false,
+        }
+    }
+
+    pub(crate) fn moved(&self) -> Option<&Moved> {
+        match self {
+            Net::Upsert { moved, .. } => moved.as_ref(),
             Net::Delete(_) => None,
         }
     }
@@ -52,6 +88,9 @@ pub(crate) struct Collapser {
     entries: Vec<(Vec<u8>, Net)>,
     fresh: Vec<bool>,
     truncated: bool,
+    /// Deletes that may be the first half of a key change: the old key, and its net effect
+    /// in the run before the delete.
+    deleted: foldhash::HashMap<Move, (Vec<u8>, Option<Net>)>,
 }
 
 /// A table's net effect.
@@ -67,7 +106,9 @@ pub(crate) struct Collapsed {
 
 impl Collapser {
     /// An upsert of `at`, leaving the non-key columns in `untouched` as they are; the table
-    /// has `ncols` non-key columns so far. `insert`: the event is a `c` or `r`.
+    /// has `ncols` non-key columns so far. `insert`: the event is a `c` or `r`. `moved`: the
+    /// create of a key change, whose delete [`Self::delete`] was given the same `Move`.
+    /// Returns false when `moved` is set but no such delete came before in the run.
     pub(crate) fn upsert(
         &mut self,
         key: Vec<u8>,
@@ -75,15 +116,44 @@ impl Collapser {
         ncols: usize,
         untouched: &[usize],
         insert: bool,
-    ) {
+        moved: Option<Move>,
+    ) -> bool {
         let (hash, found) = self.find(&key);
-        let prev = found.map(|i| &self.entries[i].1);
+        let from = moved.and_then(|m| self.deleted.remove(&m));
+        let paired = moved.is_none() || from.is_some();
         let net = if untouched.is_empty() {
             Net::Upsert {
                 base: at,
                 cols: None,
+                moved: None,
+            }
+        } else if let Some((old_key, old)) = from {
+            // The old key's value in the run, else its stored row (or, for a key that itself
+            // moved here in the run, where its value comes from).
+            // Per column: its source in the run, and whether it is copied from the stored row.
+            let (cols, copy): (Vec<Option<RowRef>>, Vec<bool>) = (0..ncols)
+                .map(|c| match &old {
+                    _ if !untouched.contains(&c) => (Some(at), false),
+                    Some(o) if o.moved().is_some() => (o.source(c), o.copies_old(c)),
+                    Some(o) => (o.source(c), o.source(c).is_none()),
+                    None => (None, true),
+                })
+                .unzip();
+            let old_key = match old.as_ref().and_then(Net::moved) {
+                Some(m) => m.old_key.clone(),
+                None => old_key,
+            };
+            let moved = copy.iter().any(|c| *c).then_some(Moved {
+                old_key,
+                cols: copy,
+            });
+            Net::Upsert {
+                base: at,
+                cols: Some(cols),
+                moved,
             }
         } else {
+            let prev = found.map(|i| &self.entries[i].1);
             let cols = (0..ncols)
                 .map(|c| {
                     if untouched.contains(&c) {
@@ -93,16 +163,32 @@ impl Collapser {
                     }
                 })
                 .collect();
+            // A stored column stays stored; one a move in the run copies is copied still.
+            let moved = prev.and_then(Net::moved).map(|m| Moved {
+                old_key: m.old_key.clone(),
+                cols: (0..ncols)
+                    .map(|c| untouched.contains(&c) && m.cols.get(c).copied().unwrap_or(false))
+                    .collect(),
+            });
             Net::Upsert {
                 base: at,
                 cols: Some(cols),
+                moved: moved.filter(|m| m.cols.iter().any(|c| *c)),
             }
         };
         self.put(key, hash, found, net, insert);
+        paired
     }
 
-    pub(crate) fn delete(&mut self, key: Vec<u8>, at: RowRef) {
+    /// A delete of `key`; `moved`: the source change it came from, in case it is the first
+    /// half of a key change.
+    pub(crate) fn delete(&mut self, key: Vec<u8>, at: RowRef, moved: Option<Move>) {
         let (hash, found) = self.find(&key);
+        if let Some(m) = moved {
+            let prev = found.map(|i| self.entries[i].1.clone());
+            let prev = prev.filter(|p| !matches!(p, Net::Delete(_)));
+            self.deleted.insert(m, (key.clone(), prev));
+        }
         self.put(key, hash, found, Net::Delete(at), false);
     }
 
@@ -119,6 +205,7 @@ impl Collapser {
         self.index.clear();
         self.entries.clear();
         self.fresh.clear();
+        self.deleted.clear();
         self.truncated = true;
     }
 
@@ -156,17 +243,18 @@ mod tests {
         Net::Upsert {
             base: r(row),
             cols: None,
+            moved: None,
         }
     }
 
     #[test]
     fn last_event_per_key_wins_in_first_seen_order() {
         let mut c = Collapser::default();
-        c.upsert(b"a".to_vec(), r(0), 3, &[], false);
-        c.upsert(b"b".to_vec(), r(1), 3, &[], false);
-        c.upsert(b"a".to_vec(), r(2), 3, &[], false);
-        c.delete(b"b".to_vec(), r(3));
-        c.delete(b"b".to_vec(), r(4)); // the tombstone after its delete
+        c.upsert(b"a".to_vec(), r(0), 3, &[], false, None);
+        c.upsert(b"b".to_vec(), r(1), 3, &[], false, None);
+        c.upsert(b"a".to_vec(), r(2), 3, &[], false, None);
+        c.delete(b"b".to_vec(), r(3), None);
+        c.delete(b"b".to_vec(), r(4), None); // the tombstone after its delete
         let Collapsed {
             truncated,
             entries: net,
@@ -182,10 +270,10 @@ mod tests {
     #[test]
     fn delete_then_insert_is_an_insert_and_insert_then_delete_a_delete() {
         let mut c = Collapser::default();
-        c.delete(b"k".to_vec(), r(0));
-        c.upsert(b"k".to_vec(), r(1), 3, &[], false);
-        c.upsert(b"j".to_vec(), r(2), 3, &[], false);
-        c.delete(b"j".to_vec(), r(3));
+        c.delete(b"k".to_vec(), r(0), None);
+        c.upsert(b"k".to_vec(), r(1), 3, &[], false, None);
+        c.upsert(b"j".to_vec(), r(2), 3, &[], false, None);
+        c.delete(b"j".to_vec(), r(3), None);
         let net = c.finish().entries;
         assert_eq!(net[0].1, full(1));
         assert_eq!(net[1].1, Net::Delete(r(3)));
@@ -194,10 +282,10 @@ mod tests {
     #[test]
     fn untouched_columns_keep_the_earlier_value_or_stay_as_stored() {
         let mut c = Collapser::default();
-        c.upsert(b"k".to_vec(), r(0), 3, &[], false);
-        c.upsert(b"k".to_vec(), r(1), 3, &[2], false); // column 2 is the placeholder
-        c.upsert(b"k".to_vec(), r(2), 3, &[1, 2], false);
-        c.upsert(b"x".to_vec(), r(3), 3, &[0], false); // no earlier value in the run
+        c.upsert(b"k".to_vec(), r(0), 3, &[], false, None);
+        c.upsert(b"k".to_vec(), r(1), 3, &[2], false, None); // column 2 is the placeholder
+        c.upsert(b"k".to_vec(), r(2), 3, &[1, 2], false, None);
+        c.upsert(b"x".to_vec(), r(3), 3, &[0], false, None); // no earlier value in the run
         let net = c.finish().entries;
         let k = &net[0].1;
         assert_eq!(k.source(0), Some(r(2)));
@@ -212,20 +300,52 @@ mod tests {
     }
 
     #[test]
+    fn a_moved_key_takes_the_old_keys_value_in_the_run_or_its_stored_row() {
+        let m = |lsn| Some((lsn, Some(7)));
+        let mut c = Collapser::default();
+        // `a` updated in the run (column 0), then moved to `b` leaving 0 and 1 untouched.
+        c.upsert(b"a".to_vec(), r(0), 3, &[1], false, None);
+        c.delete(b"a".to_vec(), r(1), m(10));
+        assert!(c.upsert(b"b".to_vec(), r(2), 3, &[0, 1], true, m(10)));
+        // `b` moved on to `c`, leaving everything but column 2 untouched.
+        c.delete(b"b".to_vec(), r(3), m(11));
+        assert!(c.upsert(b"c".to_vec(), r(4), 3, &[0, 1], true, m(11)));
+        // A move whose delete is not in the run.
+        assert!(!c.upsert(b"x".to_vec(), r(5), 3, &[1], true, m(12)));
+        let net = c.finish().entries;
+        let find = |k: &[u8]| &net.iter().find(|(key, _)| key == k).expect("key").1;
+        let moved_c = find(b"c");
+        assert_eq!(
+            moved_c.source(0),
+            Some(r(0)),
+            "the old key's value in the run"
+        );
+        assert_eq!(moved_c.source(2), Some(r(4)));
+        assert!(moved_c.copies_old(1) && !moved_c.copies_old(0) && !moved_c.copies_old(2));
+        assert_eq!(
+            moved_c.moved().map(|m| m.old_key.as_slice()),
+            Some(&b"a"[..]),
+            "stored values come from the first key of the chain"
+        );
+        assert_eq!(*find(b"b"), Net::Delete(r(3)));
+        assert!(find(b"x").moved().is_none() && find(b"x").source(1).is_none());
+    }
+
+    #[test]
     fn keys_first_inserted_here_or_after_a_truncate_are_fresh() {
         let mut c = Collapser::default();
-        c.upsert(b"a".to_vec(), r(0), 3, &[], true); // c
-        c.upsert(b"a".to_vec(), r(1), 3, &[], false); // then u: still new to the table
-        c.upsert(b"b".to_vec(), r(2), 3, &[], false); // u of a stored row
-        c.delete(b"d".to_vec(), r(3));
-        c.upsert(b"d".to_vec(), r(4), 3, &[], true); // d then c: the row may be stored
+        c.upsert(b"a".to_vec(), r(0), 3, &[], true, None); // c
+        c.upsert(b"a".to_vec(), r(1), 3, &[], false, None); // then u: still new to the table
+        c.upsert(b"b".to_vec(), r(2), 3, &[], false, None); // u of a stored row
+        c.delete(b"d".to_vec(), r(3), None);
+        c.upsert(b"d".to_vec(), r(4), 3, &[], true, None); // d then c: the row may be stored
         assert_eq!(c.finish().fresh, vec![true, false, false]);
 
         let mut c = Collapser::default();
-        c.upsert(b"a".to_vec(), r(0), 3, &[], false);
+        c.upsert(b"a".to_vec(), r(0), 3, &[], false, None);
         c.truncate();
-        c.upsert(b"a".to_vec(), r(1), 3, &[], false);
-        c.delete(b"b".to_vec(), r(2));
+        c.upsert(b"a".to_vec(), r(1), 3, &[], false, None);
+        c.delete(b"b".to_vec(), r(2), None);
         let done = c.finish();
         assert!(done.truncated);
         assert_eq!(done.fresh, vec![true, true]);
@@ -234,9 +354,9 @@ mod tests {
     #[test]
     fn truncate_drops_what_came_before() {
         let mut c = Collapser::default();
-        c.upsert(b"a".to_vec(), r(0), 3, &[], false);
+        c.upsert(b"a".to_vec(), r(0), 3, &[], false, None);
         c.truncate();
-        c.upsert(b"b".to_vec(), r(2), 3, &[], false);
+        c.upsert(b"b".to_vec(), r(2), 3, &[], false, None);
         let Collapsed {
             truncated,
             entries: net,

@@ -49,7 +49,8 @@ pub struct Applied {
 ///   offsets table is the truth, Kafka's committed offset only a hint.
 /// - Per table and key, a call applies the net effect of its records in order (the last
 ///   write wins; a delete then an insert is an insert). Debezium's placeholder for unchanged
-///   TOASTed values never overwrites a stored value.
+///   TOASTed values never overwrites a stored value; on the new key of a key change it is the
+///   old key's value, when the old key's delete is in the same call (docs/replica.md).
 /// - Errors say whether a retry can help ([`ReplicaError::is_retryable`]) and name topic,
 ///   partition, offset(s) and table.
 pub struct PgReplicator {
@@ -217,6 +218,7 @@ impl PgReplicator {
                 deleted = counts.deleted,
                 inserted = counts.inserted,
                 truncated = counts.truncated,
+                moved = counts.moved,
                 "replica table applied"
             );
         }
@@ -379,7 +381,10 @@ pub fn describe_plan(
         if truncate {
             out.push("truncate".into());
         }
-        let value = |r: Option<collapse::RowRef>, c: usize| -> Result<String, String> {
+        let value = |net: Option<&collapse::Net>, r: Option<collapse::RowRef>, c: usize| {
+            if net.is_some_and(|n| n.copies_old(c)) {
+                return Ok::<_, String>("from-old-key".into());
+            }
             let Some(r) = r else {
                 return Ok("untouched".into());
             };
@@ -402,7 +407,7 @@ pub fn describe_plan(
                 collapse::Net::Delete(_) => format!("{} delete", hex(key)),
                 net => {
                     let vals = (0..work.cols.len())
-                        .map(|c| value(net.source(c), c))
+                        .map(|c| value(Some(net), net.source(c), c))
                         .collect::<Result<Vec<_>, _>>()
                         .map_err(bad)?;
                     format!("{} upsert {}", hex(key), vals.join(" "))
@@ -412,7 +417,7 @@ pub fn describe_plan(
         }
         for r in &work.inserts {
             let vals = (0..work.cols.len())
-                .map(|c| value(Some(*r), c))
+                .map(|c| value(None, Some(*r), c))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(bad)?;
             out.push(format!("insert {}", vals.join(" ")));

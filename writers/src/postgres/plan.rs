@@ -9,7 +9,7 @@ use arrow_schema::Field;
 use lakesink_config::{KeylessMode, PkMode};
 use lakesink_schema_registry::{ChangeBatch, ValueShape};
 
-use super::collapse::{Collapser, RowRef};
+use super::collapse::{Collapser, Move, RowRef};
 use super::encode::Enc;
 use super::error::{At, ReplicaError};
 use super::naming::{NameSource, NameTemplate, TableName, check_ident};
@@ -131,6 +131,30 @@ impl<'a> View<'a> {
             offsets: (offset, offset),
             table: table.map(ToString::to_string),
         }
+    }
+
+    /// A `source` field for the table name: the envelope's block, or the flattened record's
+    /// `__source_<f>` / `__<f>` fields (ExtractNewRecordState `add.fields`).
+    fn source_int(&self, name: &str, row: usize) -> Option<i64> {
+        let pick = |s: &'a StructArray, n: &str| {
+            let c = s
+                .column_by_name(n)?
+                .as_primitive_opt::<arrow_array::types::Int64Type>()?;
+            c.is_valid(row).then(|| c.value(row))
+        };
+        match (self.source, self.after) {
+            (Some(s), _) if s.is_valid(row) => pick(s, name),
+            (None, Some(a)) if self.b.shape == ValueShape::Flattened && a.is_valid(row) => {
+                pick(a, &format!("__source_{name}")).or_else(|| pick(a, &format!("__{name}")))
+            }
+            _ => None,
+        }
+    }
+
+    /// The source change a row came from, where the source names it (PostgreSQL's LSN and
+    /// transaction id): a key change's delete and create share it.
+    fn change(&self, row: usize) -> Option<Move> {
+        Some((self.source_int("lsn", row)?, self.source_int("txId", row)))
     }
 
     /// A `source` field for the table name: the envelope's block, or the flattened record's
@@ -292,7 +316,7 @@ pub(crate) fn plan<'a>(
                 enc.write(row, &mut key).map_err(|r| bad(r, Some(name)))?;
             }
             if delete {
-                work.collapser.delete(key, at);
+                work.collapser.delete(key, at, v.change(row));
                 continue;
             }
             if v.after.is_none_or(|a| !a.is_valid(row)) {
@@ -313,7 +337,28 @@ pub(crate) fn plan<'a>(
                 .collect();
             let ncols = work.cols.len();
             let insert = matches!(op, "c" | "r");
-            work.collapser.upsert(key, at, ncols, &untouched, insert);
+            // A create never has an unchanged value, unless it is the new key of a key
+            // change: its placeholders are the old key's values.
+            let placeholders = || untouched.iter().filter(|c| encs.vals[**c].is_some());
+            let key_change = op == "c" && placeholders().next().is_some();
+            let change = v.change(row).filter(|_| key_change);
+            let paired = work
+                .collapser
+                .upsert(key, at, ncols, &untouched, insert, change);
+            if key_change && (change.is_none() || !paired) {
+                for c in placeholders() {
+                    tracing::warn!(
+                        topic = &*b.topic,
+                        partition = b.partition,
+                        offset,
+                        table = %name,
+                        column = work.cols[*c].name,
+                        "a key change's new row has Debezium's unchanged-TOAST placeholder, and \
+                         the old key's delete is not in this apply (another partition, or an \
+                         earlier apply): the column is left NULL"
+                    );
+                }
+            }
         }
     }
     Ok(tables)
