@@ -3,6 +3,7 @@
 //! placeholder), and `ADD COLUMN … DEFAULT` (existing rows get the default without an event).
 //! Real Debezium on the source; the replica must equal the source in every row and column.
 
+use arrow_array::cast::AsArray;
 use lakesink_schema_registry::{ChangeBatch, Format, IdKind};
 use lakesink_tests::debezium::decode_all;
 use lakesink_tests::{Stack, unique, unreachable};
@@ -140,6 +141,85 @@ async fn a_key_change_keeps_the_unchanged_toasted_values() {
         "md5(big_a::text)",
         "md5(big_i::text)",
     ];
+    apply_both_ways(&src, &batches, &name, &exprs).await;
+
+    capture.stop(&src).await;
+    exec(&src, &[format!("DROP TABLE public.{name}")]).await;
+}
+
+/// Columns added with a default, as `name type DEFAULT value`; Debezium carries each default
+/// in the schema (`connect.default`) but sends no event for the rows that got it.
+const DEFAULTS: &[&str] = &[
+    "c_t text DEFAULT 'x \\ ☃ \"q\"'",
+    "c_vc varchar(10) DEFAULT 'short'",
+    "c_s smallint DEFAULT -7",
+    "c_i integer DEFAULT 42",
+    "c_big bigint DEFAULT -9000000000",
+    "c_n numeric(10,2) DEFAULT -3.14",
+    "c_n38 numeric(38,6) DEFAULT 12345678901234567890123456789012.123456",
+    "c_b boolean DEFAULT true",
+    "c_f4 real DEFAULT 2.5",
+    "c_f8 double precision DEFAULT 1.1",
+    "c_d date DEFAULT '2024-02-29'",
+    "c_ts timestamp DEFAULT '2024-02-29 12:34:56.789012'",
+    "c_ts3 timestamp(3) DEFAULT '1999-12-31 23:59:59.999'",
+    "c_tz timestamptz DEFAULT '2024-02-29 12:34:56.5+02'",
+    "c_tm time DEFAULT '12:00:01.5'",
+    "c_u uuid DEFAULT 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'",
+    "c_j jsonb DEFAULT '{\"a\": [1, 2]}'",
+    "c_none text",
+];
+
+#[tokio::test]
+async fn columns_added_with_a_default_hold_it_in_existing_rows() {
+    let (stack, src) = source().await;
+    let name = unique("defaults");
+    exec(
+        &src,
+        &[
+            format!("CREATE TABLE public.{name} (id integer PRIMARY KEY, v text)"),
+            format!("INSERT INTO public.{name} SELECT i, 'v' || i FROM generate_series(1, 3) i"),
+        ],
+    )
+    .await;
+    let capture = Capture::start(&stack, &name, &[&name]).await;
+    let adds: Vec<String> = DEFAULTS.iter().map(|d| format!("ADD COLUMN {d}")).collect();
+    exec(
+        &src,
+        &[
+            format!("UPDATE public.{name} SET v = 'before' WHERE id = 1"),
+            format!("ALTER TABLE public.{name} {}", adds.join(", ")),
+            // Rows 1 and 3 change no more: only the default gives them their new columns.
+            format!("UPDATE public.{name} SET v = 'after' WHERE id = 2"),
+            format!("INSERT INTO public.{name} (id, v) VALUES (4, 'new')"),
+        ],
+    )
+    .await;
+    let records = capture.read(&[3 + 3]).await;
+    let avro = Format::Avro {
+        payload_ids: IdKind::ContentId,
+    };
+    let batches = decode_all(&stack, avro, &records).await;
+    // The default reaches the replica as decoding keeps it on the Arrow field.
+    let after = batches
+        .last()
+        .and_then(|b| b.rows.column_by_name("after")?.as_struct_opt().cloned())
+        .expect("an after image");
+    let (_, c_i) = after.fields().find("c_i").expect("the added column");
+    assert_eq!(
+        c_i.metadata().get("connect.default").map(String::as_str),
+        Some("42")
+    );
+
+    let mut exprs = vec!["id".to_owned(), "v".to_owned()];
+    for d in DEFAULTS {
+        let col = d.split_whitespace().next().expect("column name");
+        exprs.push(match col {
+            "c_tz" => "(c_tz AT TIME ZONE 'UTC')::text".to_owned(),
+            c => format!("{c}::text"),
+        });
+    }
+    let exprs: Vec<&str> = exprs.iter().map(String::as_str).collect();
     apply_both_ways(&src, &batches, &name, &exprs).await;
 
     capture.stop(&src).await;

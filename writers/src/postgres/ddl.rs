@@ -7,9 +7,10 @@ use lakesink_config::SchemaEvolution;
 use sqlx::postgres::PgConnection;
 use sqlx::{AssertSqlSafe, Row};
 
+use super::defaults::ColumnDefault;
 use super::error::ReplicaError;
 use super::naming::quote;
-use super::plan::TableWork;
+use super::plan::{ColumnDef, TableWork};
 
 /// A table's columns (name → type as `format_type` writes it) and primary key, in order.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -70,7 +71,7 @@ pub(crate) fn plan_ddl(
         defs.extend(
             work.cols
                 .iter()
-                .map(|c| format!("{} {}", quote(&c.name), c.ty.ddl)),
+                .map(|c| format!("{} {}{}", quote(&c.name), c.ty.ddl, default_clause(work, c))),
         );
         if !work.pk.is_empty() {
             let keys: Vec<String> = work.pk.iter().map(|k| quote(&k.name)).collect();
@@ -128,13 +129,37 @@ pub(crate) fn plan_ddl(
         .iter()
         .map(|c| {
             meta.types.insert(c.name.clone(), c.ty.ddl.clone());
-            format!("ADD COLUMN IF NOT EXISTS {} {}", quote(&c.name), c.ty.ddl)
+            format!(
+                "ADD COLUMN IF NOT EXISTS {} {}{}",
+                quote(&c.name),
+                c.ty.ddl,
+                default_clause(work, c)
+            )
         })
         .collect();
     Ok((
         vec![format!("ALTER TABLE {table} {}", adds.join(", "))],
         meta,
     ))
+}
+
+/// ` DEFAULT <literal>` when the schema declares a default the replica can take; a WARN
+/// when it declares one it cannot.
+fn default_clause(work: &TableWork<'_>, c: &ColumnDef) -> String {
+    match &c.default {
+        ColumnDefault::None => String::new(),
+        ColumnDefault::Sql(sql) => format!(" DEFAULT {sql}"),
+        ColumnDefault::Unusable(why) => {
+            tracing::warn!(
+                table = %work.name,
+                column = c.name,
+                reason = why,
+                "column added without the schema's default: rows the source gave it without \
+                 a change event stay NULL in the replica"
+            );
+            String::new()
+        }
+    }
 }
 
 /// Runs the DDL inside the apply's transaction, so a failed apply leaves no half schema.

@@ -4,6 +4,7 @@
 mod apply;
 mod collapse;
 mod ddl;
+mod defaults;
 mod encode;
 mod error;
 mod naming;

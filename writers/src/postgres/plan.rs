@@ -10,6 +10,7 @@ use lakesink_config::{KeylessMode, PkMode};
 use lakesink_schema_registry::{ChangeBatch, ValueShape};
 
 use super::collapse::{Collapser, Move, RowRef};
+use super::defaults::{ColumnDefault, column_default};
 use super::encode::Enc;
 use super::error::{At, ReplicaError};
 use super::naming::{NameSource, NameTemplate, TableName, check_ident};
@@ -42,6 +43,8 @@ impl Rules {
 pub(crate) struct ColumnDef {
     pub name: String,
     pub ty: ColumnType,
+    /// The default the schema declares (value columns; keys have none).
+    pub default: ColumnDefault,
 }
 
 /// A batch's encoders for one table: the key columns as found in the key record, the after
@@ -445,6 +448,7 @@ fn key_columns(rules: &Rules, v: &View<'_>) -> Result<Vec<ColumnDef>, String> {
             Ok(ColumnDef {
                 ty: column_type(f)?,
                 name: n,
+                default: ColumnDefault::None,
             })
         })
         .collect()
@@ -465,9 +469,11 @@ fn batch_encs<'a>(
             by_name.insert(f.name(), after.column(i));
             if !work.cols.iter().any(|c| &c.name == f.name()) {
                 check_ident(f.name(), "column")?;
+                let ty = column_type(f)?;
                 work.cols.push(ColumnDef {
                     name: f.name().clone(),
-                    ty: column_type(f)?,
+                    default: column_default(f, &ty),
+                    ty,
                 });
             }
         }
