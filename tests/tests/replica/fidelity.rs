@@ -130,6 +130,7 @@ async fn a_key_change_keeps_the_unchanged_toasted_values() {
     let records = capture.read(&[3 + 4 * 3 + 1]).await;
     let avro = Format::Avro {
         payload_ids: IdKind::ContentId,
+        check_artifacts: true,
     };
     let batches = decode_all(&stack, avro, &records).await;
 
@@ -198,6 +199,7 @@ async fn columns_added_with_a_default_hold_it_in_existing_rows() {
     let records = capture.read(&[3 + 3]).await;
     let avro = Format::Avro {
         payload_ids: IdKind::ContentId,
+        check_artifacts: true,
     };
     let batches = decode_all(&stack, avro, &records).await;
     // The default reaches the replica as decoding keeps it on the Arrow field.
