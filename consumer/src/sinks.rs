@@ -228,6 +228,12 @@ pub(crate) async fn run(
                     if let Some(rep) = &mut sinks.replica {
                         rep.rewound(&part, from, before);
                     }
+                    // Read again from `from`: what was consumed before no longer counts until
+                    // it comes again, else the raw layer's point would jump to it with nothing
+                    // of the new reading written yet, and Kafka's offset with it.
+                    if before.is_some_and(|b| from < b) {
+                        progress.consumed.insert(part, from);
+                    }
                 }
                 Some(Item::Revoked(parts)) => {
                     for part in parts {
