@@ -63,6 +63,9 @@ pub struct KafkaConfig {
     pub brokers: String,
     #[serde(default = "default_group_id")]
     pub group_id: String,
+    /// `group.instance.id`: static membership, so a restarted process (same id) takes its
+    /// partitions back at once instead of after the session timeout. Unique per process.
+    pub instance_id: Option<String>,
     /// Topics to read. Exactly one of `topics` and `topics-regex` is set.
     #[serde(default)]
     pub topics: Vec<String>,

@@ -139,7 +139,15 @@ pub(crate) fn subscribe(
         .set("auto.offset.reset", "earliest")
         .set("partition.assignment.strategy", "cooperative-sticky")
         // A regex subscription sees new topics only on a metadata refresh (default 5 min).
-        .set("topic.metadata.refresh.interval.ms", "10000");
+        .set("topic.metadata.refresh.interval.ms", "10000")
+        // A member that died (SIGKILL, a lost node) holds its partitions until the session
+        // times out: 10 s, as Kafka Connect's workers, not librdkafka's 45. Heartbeats come
+        // from librdkafka's own thread, so a busy pipeline does not miss them.
+        .set("session.timeout.ms", "10000")
+        .set("heartbeat.interval.ms", "3000");
+    if let Some(id) = &config.instance_id {
+        cc.set("group.instance.id", id);
+    }
     if telemetry.is_some() {
         // For the lag gauges.
         cc.set("statistics.interval.ms", "5000");
@@ -166,7 +174,8 @@ pub(crate) fn subscribe(
     consumer
         .subscribe(&topics)
         .with_context(|| format!("subscribing to {topics:?}"))?;
-    info!(brokers = %config.brokers, group = %config.group_id, ?topics, "consuming");
+    info!(brokers = %config.brokers, group = %config.group_id,
+        instance = config.instance_id.as_deref().unwrap_or("-"), ?topics, "consuming");
     Ok((consumer, revoked))
 }
 

@@ -118,3 +118,57 @@ async fn a_committed_offset_moved_past_the_raw_layer_is_read_again_not_skipped()
         run.log_tail()
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_static_member_takes_its_partitions_back_at_once() {
+    let stack = Stack::from_env();
+    let topic = unique("raw-static");
+    let partitions = 2;
+    let table = std::sync::Arc::new(Table::create(&stack, &topic, partitions).await);
+    common::produce_range(&stack, &table, partitions, 0..400).await;
+    let run = Run::new(
+        stack.clone(),
+        &topic,
+        partitions,
+        "flush-size = 100\nrotate-interval-ms = 500",
+    );
+    // A session long enough that waiting it out cannot pass for taking the partitions back.
+    let text = std::fs::read_to_string(&run.config).expect("config");
+    let text = text
+        .replace(
+            "\"session.timeout.ms\" = \"6000\"",
+            "\"session.timeout.ms\" = \"45000\"",
+        )
+        .replacen(
+            "topics = [",
+            &format!("instance-id = \"{topic}-0\"\ntopics = ["),
+            1,
+        );
+    std::fs::write(&run.config, text).expect("config");
+    let (_, end) = expected(partitions, 400);
+    let mut child = run.start(None);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while run.committed() != end {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "log:\n{}",
+            run.log_tail()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+    common::produce_range(&stack, &table, partitions, 400..800).await;
+    let restarted = std::time::Instant::now();
+    let (want, end) = expected(partitions, 800);
+    run.run_to_end(&end);
+    let took = restarted.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(25),
+        "caught up {took:?} after the restart: the partitions waited for the dead member's \
+         45 s session; log:\n{}",
+        run.log_tail()
+    );
+    let (got, _) = run.rows().await;
+    assert_exactly_once(&got, &want);
+}
