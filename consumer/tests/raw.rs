@@ -163,6 +163,7 @@ async fn a_killed_static_member_takes_its_partitions_back_at_once() {
     let (want, end) = expected(partitions, 800);
     run.run_to_end(&end);
     let took = restarted.elapsed();
+    eprintln!("caught up {took:?} after the restart");
     assert!(
         took < std::time::Duration::from_secs(25),
         "caught up {took:?} after the restart: the partitions waited for the dead member's \
