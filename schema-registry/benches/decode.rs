@@ -1,7 +1,9 @@
 //! Decoding Debezium change events of a 20-column table (inserts: `after` only; updates:
 //! `before` and `after`; with the PostgreSQL `source` block, op, ts_ms) into Arrow: the direct
 //! decoder, the two-pass path (validation, then arrow-avro) it replaced, and apache-avro's
-//! `Value` path. Run it on one core: `taskset -c 1 cargo bench …`.
+//! `Value` path; and the whole `ChangeDecoder` (framing, the schema cache, the topic checks,
+//! the change model) over Confluent-framed records. Run it on one core: `taskset -c 1 cargo
+//! bench …`.
 //!
 //!     cargo bench -p lakesink-schema-registry --bench decode
 
@@ -9,6 +11,9 @@ use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use lakesink_schema_registry::avro::{AvroBatchDecoder, WriterSchema, validate};
+use lakesink_schema_registry::{
+    ChangeDecoder, FixedResolver, Format, IdKind, KafkaRecord, SchemaRef,
+};
 
 const ROWS: usize = 8192;
 /// Rows per Arrow batch: small enough for the builders to stay in cache.
@@ -211,6 +216,57 @@ fn events(c: &mut Criterion, update: bool) {
                 }
             })
         });
+    }
+    // Confluent framing: magic byte, 4-byte content id, datum.
+    let id = SchemaRef::Id {
+        kind: IdKind::ContentId,
+        id: 1,
+    };
+    let framed: Vec<Vec<u8>> = datums
+        .iter()
+        .map(|d| [&[0u8, 0, 0, 0, 1][..], d].concat())
+        .collect();
+    let topic = "bench.public.orders";
+    let resolver = FixedResolver::new()
+        .with(id.clone(), text.clone())
+        .registered(id, format!("{topic}-value"));
+    for check_artifacts in [true, false] {
+        let format = Format::Avro {
+            payload_ids: IdKind::ContentId,
+            check_artifacts,
+        };
+        let mut changes = ChangeDecoder::new(resolver.clone(), format, BATCH);
+        let no_headers = |_: &str| None;
+        let mut offset = 0i64;
+        let mut push_all = |changes: &mut ChangeDecoder<FixedResolver>| {
+            let mut rows = 0;
+            for v in &framed {
+                let record = KafkaRecord {
+                    topic,
+                    partition: 0,
+                    offset,
+                    timestamp: Some(1_700_000_000_000),
+                    key: None,
+                    value: Some(v),
+                    headers: &no_headers,
+                };
+                offset += 1;
+                let pushed = futures::executor::block_on(changes.push(record)).expect("push");
+                rows += pushed
+                    .completed
+                    .iter()
+                    .map(|b| b.rows.num_rows())
+                    .sum::<usize>();
+            }
+            let rest = changes.finish_all().expect("finish");
+            rows + rest.iter().map(|b| b.rows.num_rows()).sum::<usize>()
+        };
+        assert_eq!(push_all(&mut changes), ROWS);
+        let check = if check_artifacts { "on" } else { "off" };
+        group.bench_function(
+            format!("lakesink: ChangeDecoder -> ChangeBatch (framing, cache, change model; topic check {check})"),
+            |b| b.iter(|| black_box(push_all(&mut changes))),
+        );
     }
     group.bench_function("validate only", |b| {
         b.iter(|| {

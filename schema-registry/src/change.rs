@@ -282,6 +282,9 @@ struct Prepared {
     key_kind: Option<NonData>,
     /// The root record's full name (of the record branch of a root union), if any.
     name: Option<String>,
+    /// The first (topic, side) this schema was found to belong to: a string compare per
+    /// record instead of hashing into [`ChangeDecoder::belongs`].
+    belongs: std::sync::OnceLock<(Arc<str>, Side)>,
 }
 
 impl Prepared {
@@ -297,6 +300,7 @@ impl Prepared {
             shape,
             key_kind,
             name,
+            belongs: std::sync::OnceLock::new(),
         })
     }
 
@@ -483,6 +487,12 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
         ) {
             return Ok(());
         }
+        if let Some((t, s)) = prepared.belongs.get()
+            && *s == side
+            && **t == *topic
+        {
+            return Ok(());
+        }
         let topic = self.topic(topic);
         let seen = (topic, side, split.schema.clone());
         if self.belongs.contains(&seen) {
@@ -516,6 +526,7 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
                 other_kind,
             })));
         }
+        let _ = prepared.belongs.set((seen.0.clone(), side));
         self.belongs.insert(seen);
         Ok(())
     }
