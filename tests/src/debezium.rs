@@ -144,18 +144,22 @@ impl Connector {
         config
     }
 
-    /// Reads `n` records from the connector's topic, from the beginning.
+    /// Reads `n` records from the connector's topic, from the beginning. Waits as long as
+    /// records keep coming (a slow or busy Connect worker), and gives up only after
+    /// [`NO_PROGRESS`] without one, saying what the connector is doing.
     pub async fn read(&self, n: usize) -> Vec<OwnedMessage> {
         let consumer = wait_for_topic(&self.stack, &self.topic).await;
         let mut out = Vec::with_capacity(n);
         while out.len() < n {
-            let msg = tokio::time::timeout(Duration::from_secs(60), consumer.recv())
-                .await
-                .unwrap_or_else(|_| {
-                    panic!("{} of {n} records on {} within 60 s", out.len(), self.topic)
-                })
-                .expect("consume");
-            out.push(msg.detach());
+            let Ok(msg) = tokio::time::timeout(NO_PROGRESS, consumer.recv()).await else {
+                panic!(
+                    "{} of {n} records on {} and none for {NO_PROGRESS:?}; {}",
+                    out.len(),
+                    self.topic,
+                    connector_status(&self.http, &self.url()).await
+                );
+            };
+            out.push(msg.expect("consume").detach());
         }
         out
     }
@@ -191,6 +195,47 @@ impl Connector {
         .await
         .expect("drop publication");
     }
+}
+
+/// How long a test waits for the next record of a running connector before it gives up.
+pub const NO_PROGRESS: Duration = Duration::from_secs(120);
+
+/// What Kafka Connect says of the connector at `url` (`…/connectors/<name>`): its state and
+/// its tasks', with the first line of a failed task's trace, for a test's failure message.
+pub async fn connector_status(http: &reqwest::Client, url: &str) -> String {
+    let status: Option<serde_json::Value> = match http.get(format!("{url}/status")).send().await {
+        Ok(r) => r.json().await.ok(),
+        Err(e) => return format!("Kafka Connect did not answer for {url}: {e}"),
+    };
+    let Some(status) = status else {
+        return format!("Kafka Connect gave no status for {url}");
+    };
+    let tasks: Vec<String> = status["tasks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| {
+            let trace = t["trace"]
+                .as_str()
+                .and_then(|t| t.lines().next())
+                .unwrap_or("");
+            format!(
+                "task {} {} {trace}",
+                t["id"],
+                t["state"].as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    format!(
+        "connector {} is {} ({})",
+        status["name"].as_str().unwrap_or("?"),
+        status["connector"]["state"].as_str().unwrap_or("?"),
+        if tasks.is_empty() {
+            "no tasks".to_owned()
+        } else {
+            tasks.join("; ")
+        }
+    )
 }
 
 /// Waits until `topic` exists with partitions (Debezium creates topics with their first

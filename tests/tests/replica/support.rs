@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use lakesink_config::ReplicaConfig;
+use lakesink_tests::debezium::{NO_PROGRESS, connector_status};
 use lakesink_tests::{Stack, eventually, unique, unreachable};
 use lakesink_writers::PgReplicator;
 use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
@@ -155,14 +156,15 @@ impl Capture {
         let mut seen = vec![0usize; counts.len()];
         let mut out = Vec::with_capacity(total);
         while out.len() < total {
-            // Generous: on a stack just started, the group's first join (the offsets topic
-            // being created) and a cold Connect worker take a while.
-            let msg = tokio::time::timeout(Duration::from_secs(120), consumer.recv())
-                .await
-                .unwrap_or_else(|_| {
-                    panic!("{seen:?} of {counts:?} records on {topics:?} within 120 s")
-                })
-                .expect("consume");
+            // As long as records keep coming: on a stack just started, the group's first join
+            // (the offsets topic being created) and a cold or busy Connect worker take a while.
+            let Ok(msg) = tokio::time::timeout(NO_PROGRESS, consumer.recv()).await else {
+                panic!(
+                    "{seen:?} of {counts:?} records on {topics:?} and none for {NO_PROGRESS:?}; {}",
+                    connector_status(&self.http, &self.url()).await
+                );
+            };
+            let msg = msg.expect("consume");
             if let Some(i) = self.topics.iter().position(|t| t == msg.topic()) {
                 seen[i] += 1;
             }
