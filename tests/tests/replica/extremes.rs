@@ -1,7 +1,8 @@
 //! Conformance: every special value PostgreSQL holds, each in a row of its own so that one
 //! refusal cannot hide another, captured by real Debezium both in the snapshot and streamed,
-//! reaches the replica (compared with the source as text, as multisets both ways) and the raw
-//! layer (read back by DuckDB and by pyarrow, each value compared with the source's).
+//! reaches the replica (compared with the source as text, as multisets both ways), the raw
+//! layer (read back by DuckDB and by pyarrow, each value compared with the source's), and a
+//! replica rebuilt by replaying the raw layer into an empty schema.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -154,16 +155,51 @@ async fn every_special_value_reaches_the_replica_and_the_raw_layer() {
         .fetch_all(&src)
         .await
         .expect("source rows");
-    let got: Vec<(String,)> = rows(&r, &query(&schema)).await;
-    let missing: Vec<_> = want.iter().filter(|w| !got.contains(w)).collect();
-    let extra: Vec<_> = got.iter().filter(|g| !want.contains(g)).collect();
+    let same_rows = |what: &str, got: Vec<(String,)>| {
+        let missing: Vec<_> = want.iter().filter(|w| !got.contains(w)).collect();
+        let extra: Vec<_> = got.iter().filter(|g| !want.contains(g)).collect();
+        assert!(
+            missing.is_empty() && extra.is_empty() && got.len() == want.len(),
+            "{what} differs from the source\nmissing: {missing:#?}\nextra: {extra:#?}"
+        );
+    };
+    same_rows("the replica", rows(&r, &query(&schema)).await);
+
+    // The raw layer's change events, replayed into an empty schema, rebuild the same table.
+    let events = write_raw(&batches, &capture.topics[0], "envelope").await;
+    let (rebuilt, rebuilt_schema) = replicator(|_| {}).await;
+    let raw = lakesink_writers::replay::RawLayer::open(&events.1).expect("raw layer");
+    let plan = lakesink_writers::replay::plan(&raw, &Default::default(), &Default::default())
+        .await
+        .expect("plan");
+    assert!(plan.problems.is_empty(), "{:?}", plan.problems);
+    let options = lakesink_writers::replay::Options {
+        // Its own offsets: the live replicator above stored the same topic's as "extremes".
+        group: "extremes-replay".into(),
+        parallelism: 1,
+        tx_rows: 10_000,
+        tx_bytes: 64 << 20,
+        continue_on_error: false,
+        stop: Default::default(),
+        stats: Default::default(),
+    };
+    let rebuilt = std::sync::Arc::new(rebuilt);
+    let summary =
+        lakesink_writers::replay::run(std::sync::Arc::new(raw), plan, rebuilt.clone(), options)
+            .await;
     assert!(
-        missing.is_empty() && extra.is_empty() && got.len() == want.len(),
-        "replica differs from the source\nmissing: {missing:#?}\nextra: {extra:#?}"
+        summary.problems.is_empty() && !summary.stopped,
+        "{:?}",
+        summary.problems
+    );
+    assert_eq!(summary.rows_applied as usize, records.len());
+    same_rows(
+        "the replayed replica",
+        rows(&rebuilt, &query(&rebuilt_schema)).await,
     );
 
     // The raw layer, flattened, read by pyarrow and by DuckDB.
-    let dir = write_raw(&batches, &capture.topics[0]).await;
+    let (dir, _) = write_raw(&batches, &capture.topics[0], "flattened").await;
     let glob = format!("{}/**/*.parquet", dir.0.display());
     let pyarrow = read(
         &stack,
@@ -308,13 +344,17 @@ async fn source_rows(
         .collect()
 }
 
-/// Writes `batches` as flattened Parquet into a fresh `file://` directory.
-async fn write_raw(batches: &[ChangeBatch], topic: &str) -> Scratch {
+/// Writes `batches` as Parquet of `content` into a fresh `file://` directory.
+async fn write_raw(
+    batches: &[ChangeBatch],
+    topic: &str,
+    content: &str,
+) -> (Scratch, lakesink_config::RawConfig) {
     let dir = Scratch(std::env::temp_dir().join(unique("extremes")));
     std::fs::create_dir_all(&dir.0).expect("temp dir");
     let toml = format!(
         "[kafka]\nbrokers = \"127.0.0.1:9092\"\ntopics = [\"{topic}\"]\n\
-         [raw]\nurl = \"file://{}\"\ncontent = \"flattened\"\n",
+         [raw]\nurl = \"file://{}\"\ncontent = \"{content}\"\n",
         dir.0.display()
     );
     let raw = lakesink_config::Config::from_toml(&toml, "extremes", Vec::new())
@@ -330,7 +370,7 @@ async fn write_raw(batches: &[ChangeBatch], topic: &str) -> Scratch {
     while let Some(r) = writer.next_receipt().await {
         r.expect("upload");
     }
-    dir
+    (dir, raw)
 }
 
 /// A directory removed when the test ends, passed or failed.
