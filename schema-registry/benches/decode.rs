@@ -264,7 +264,7 @@ fn events(c: &mut Criterion, update: bool) {
         assert_eq!(push_all(&mut changes), ROWS);
         let check = if check_artifacts { "on" } else { "off" };
         group.bench_function(
-            format!("lakesink: ChangeDecoder -> ChangeBatch (framing, cache, change model; topic check {check})"),
+            format!("lakesink: ChangeDecoder, topic check {check}"),
             |b| b.iter(|| black_box(push_all(&mut changes))),
         );
     }
