@@ -23,6 +23,8 @@ pub struct Stack {
     pub s3_secret_access_key: String,
     pub source_pg_url: String,
     pub replica_pg_url: String,
+    /// `mysql://user:password@host:port/database` of the MariaDB source.
+    pub mariadb_url: String,
     /// A Python with pyarrow and DuckDB (`dev/stack install` puts one in its cache).
     pub python: String,
 }
@@ -49,6 +51,10 @@ impl Stack {
             replica_pg_url: var(
                 "LAKESINK_REPLICA_PG_URL",
                 "postgres://lakesink:lakesink@127.0.0.1:5434/replica",
+            ),
+            mariadb_url: var(
+                "LAKESINK_MARIADB_URL",
+                "mysql://lakesink:lakesink@127.0.0.1:3307/source",
             ),
             python: std::env::var("LAKESINK_PYTHON").unwrap_or_else(|_| default_python()),
         }

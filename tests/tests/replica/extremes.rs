@@ -313,7 +313,7 @@ fn same(reader: &str, col: &str, got: &Value, want: &Value) -> bool {
 }
 
 /// PostgreSQL's, Python's and DuckDB's spellings of a float (`NaN`, `nan`, `Infinity`, `inf`).
-fn float(text: &str) -> Option<f64> {
+pub(crate) fn float(text: &str) -> Option<f64> {
     let v: f64 = text.parse().ok()?;
     // One NaN: the sign and payload of a NaN are not a value.
     Some(if v.is_nan() { f64::NAN } else { v })
@@ -345,7 +345,7 @@ async fn source_rows(
 }
 
 /// Writes `batches` as Parquet of `content` into a fresh `file://` directory.
-async fn write_raw(
+pub(crate) async fn write_raw(
     batches: &[ChangeBatch],
     topic: &str,
     content: &str,
@@ -374,7 +374,7 @@ async fn write_raw(
 }
 
 /// A directory removed when the test ends, passed or failed.
-struct Scratch(PathBuf);
+pub(crate) struct Scratch(pub(crate) PathBuf);
 
 impl Drop for Scratch {
     fn drop(&mut self) {
@@ -382,7 +382,7 @@ impl Drop for Scratch {
     }
 }
 
-fn parquet_files(dir: &std::path::Path) -> Vec<String> {
+pub(crate) fn parquet_files(dir: &std::path::Path) -> Vec<String> {
     let mut found = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -400,7 +400,7 @@ fn parquet_files(dir: &std::path::Path) -> Vec<String> {
 }
 
 /// `tests/python/read_parquet.py` with `args`, its JSON output.
-fn read(stack: &Stack, args: &[String]) -> Value {
+pub(crate) fn read(stack: &Stack, args: &[String]) -> Value {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python/read_parquet.py");
     let out = Command::new(&stack.python)
         .arg(script)

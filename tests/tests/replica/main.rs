@@ -8,4 +8,5 @@ mod extremes;
 mod failure;
 mod fidelity;
 mod hand;
+mod mariadb;
 mod support;

@@ -55,20 +55,7 @@ pub(crate) struct Capture {
 
 impl Capture {
     pub(crate) async fn start(stack: &Stack, name: &str, tables: &[&str]) -> Self {
-        let c = Self {
-            name: name.to_owned(),
-            topics: tables
-                .iter()
-                .map(|t| format!("{name}.public.{t}"))
-                .collect(),
-            stack: stack.clone(),
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(15))
-                .build()
-                .expect("http"),
-        };
         let pg = reqwest::Url::parse(&stack.source_pg_url).expect("source url");
-        let registry = format!("{}/apis/registry/v2", stack.registry_url);
         let include: Vec<String> = tables.iter().map(|t| format!("public\\.{t}")).collect();
         let config = json!({
             "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
@@ -80,6 +67,65 @@ impl Capture {
             "publication.autocreate.mode": "filtered", "table.include.list": include.join(","),
             "slot.drop.on.stop": "true",
             "skipped.operations": "none",
+        });
+        let topics = tables
+            .iter()
+            .map(|t| format!("{name}.public.{t}"))
+            .collect();
+        Self::register(stack, name, topics, config).await
+    }
+
+    /// Debezium's MariaDB connector over tables of the MariaDB source's database, publishing
+    /// to `<name>.<database>.<table>`; `extra` settings are added to its config.
+    pub(crate) async fn start_mariadb(
+        stack: &Stack,
+        name: &str,
+        tables: &[&str],
+        extra: Value,
+    ) -> Self {
+        let url = reqwest::Url::parse(&stack.mariadb_url).expect("MariaDB url");
+        let db = url.path().trim_start_matches('/').to_owned();
+        let include: Vec<String> = tables.iter().map(|t| format!("{db}\\.{t}")).collect();
+        // Each connector reads the binlog as a replica with its own server id.
+        let server_id = 10_000
+            + u32::from_le_bytes(
+                uuid::Uuid::new_v4().as_bytes()[..4]
+                    .try_into()
+                    .expect("4 bytes"),
+            ) % 1_000_000_000;
+        let mut config = json!({
+            "connector.class": "io.debezium.connector.mariadb.MariaDbConnector",
+            "database.hostname": url.host_str(), "database.port": url.port().unwrap_or(3306).to_string(),
+            "database.user": url.username(), "database.password": url.password(),
+            "database.server.id": server_id.to_string(), "database.ssl.mode": "disable",
+            "topic.prefix": name, "database.include.list": db, "table.include.list": include.join(","),
+            "schema.history.internal.kafka.bootstrap.servers": stack.kafka_brokers,
+            "schema.history.internal.kafka.topic": format!("{name}.schema-history"),
+            "include.schema.changes": "false",
+            "skipped.operations": "none",
+        });
+        let (Some(config_map), Some(extra)) = (config.as_object_mut(), extra.as_object()) else {
+            panic!("connector configs are objects");
+        };
+        config_map.extend(extra.clone());
+        let topics = tables.iter().map(|t| format!("{name}.{db}.{t}")).collect();
+        Self::register(stack, name, topics, config).await
+    }
+
+    /// Registers the connector `name` with `config` and the Apicurio Avro converters, and
+    /// waits for its task to run.
+    async fn register(stack: &Stack, name: &str, topics: Vec<String>, mut config: Value) -> Self {
+        let c = Self {
+            name: name.to_owned(),
+            topics,
+            stack: stack.clone(),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(15))
+                .build()
+                .expect("http"),
+        };
+        let registry = format!("{}/apis/registry/v2", stack.registry_url);
+        let converters = json!({
             "key.converter": "io.apicurio.registry.utils.converter.AvroConverter",
             "key.converter.apicurio.registry.url": registry,
             "key.converter.apicurio.registry.auto-register": "true",
@@ -87,6 +133,9 @@ impl Capture {
             "value.converter.apicurio.registry.url": registry,
             "value.converter.apicurio.registry.auto-register": "true",
         });
+        if let (Some(config), Some(converters)) = (config.as_object_mut(), converters.as_object()) {
+            config.extend(converters.clone());
+        }
         let resp = c
             .http
             .put(format!("{}/config", c.url()))
@@ -113,10 +162,13 @@ impl Capture {
             (status["tasks"][0]["state"] == "RUNNING").then_some(())
         })
         .await;
-        assert!(
-            running.is_some(),
-            "connector {name} did not reach RUNNING within 90 s"
-        );
+        if running.is_none() {
+            let status = match c.http.get(format!("{}/status", c.url())).send().await {
+                Ok(r) => r.text().await.unwrap_or_default(),
+                Err(e) => e.to_string(),
+            };
+            panic!("connector {name} did not reach RUNNING within 90 s: {status}");
+        }
         c
     }
 
@@ -174,13 +226,18 @@ impl Capture {
         out
     }
 
-    /// Deletes the connector, waits for its slot to go, and drops its publication.
-    pub(crate) async fn stop(self, pg: &PgPool) {
+    /// Deletes the connector.
+    pub(crate) async fn delete(&self) {
         self.http
             .delete(self.url())
             .send()
             .await
             .expect("delete connector");
+    }
+
+    /// Deletes the connector, waits for its slot to go, and drops its publication.
+    pub(crate) async fn stop(self, pg: &PgPool) {
+        self.delete().await;
         let slot_gone = eventually(Duration::from_secs(30), || async {
             let n: i64 = sqlx::query_scalar(
                 "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1",
