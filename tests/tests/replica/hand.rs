@@ -496,6 +496,46 @@ async fn bad_records_stop_with_their_place_and_commit_nothing() {
     assert!(err.is_retryable(), "{err}");
 }
 
+#[tokio::test]
+async fn a_value_too_long_for_a_hand_narrowed_column_is_refused_not_cut() {
+    let by_topic = |c: &mut ReplicaConfig| {
+        c.table_name_format = "${topic}".into();
+        c.dots_to_underscores = false;
+    };
+    let (r, schema) = replicator(by_topic).await;
+    let topic = format!("{schema}.narrow");
+    let first = batch(&topic, 0, "narrow", &[ev(0, "c", 1, "a", "b")], false);
+    r.apply("g", &[first]).await.expect("apply");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "ALTER TABLE \"{schema}\".narrow ALTER COLUMN name TYPE varchar(2), \
+         ALTER COLUMN note TYPE char(2)"
+    )))
+    .execute(r.pool())
+    .await
+    .expect("narrow");
+    // A replicator started now reads the narrowed table; an explicit cast to varchar(2) or
+    // char(2) would cut "abc" to "ab" without a word.
+    let (fresh, _) = replicator(by_topic).await;
+    for (i, (name, note)) in [("abc", "n"), ("ok", "abc")].into_iter().enumerate() {
+        let offset = 1 + i as i64;
+        for op in ["u", "c"] {
+            let id = if op == "u" { 1 } else { 2 };
+            let mut e = ev(offset, op, id, name, note);
+            e.after = Some((name, note, 1, None));
+            let b = batch(&topic, 0, "narrow", &[e], false);
+            let err = fresh.apply("g", &[b]).await.unwrap_err();
+            assert!(!err.is_retryable(), "{err}");
+            assert!(err.to_string().contains("too long"), "{err}");
+        }
+    }
+    let names: Vec<(String, String)> = rows(
+        &fresh,
+        &format!("SELECT name, note FROM \"{schema}\".narrow ORDER BY id"),
+    )
+    .await;
+    assert_eq!(names, vec![("a".to_owned(), "b ".to_owned())]);
+}
+
 /// ExtractNewRecordState output (rewrite mode: deletes carry the old row and
 /// `__deleted = "true"`), keyed by a value field, named by its `__table` field.
 fn flattened(topic: &str, events: &[(i64, &'static str, i64, &'static str)]) -> ChangeBatch {

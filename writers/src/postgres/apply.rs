@@ -27,6 +27,7 @@ use super::encode::CopyBuf;
 use super::error::{At, ReplicaError};
 use super::naming::quote;
 use super::plan::{ColumnDef, TableWork};
+use super::types::unbounded;
 
 /// Stage rows are sent to the server in chunks of about this size.
 const CHUNK: usize = 1 << 20;
@@ -334,7 +335,7 @@ pub(crate) async fn apply_table(
 
     let cast = |name: &str| -> String {
         let ty = meta.types.get(name).map_or("text", String::as_str);
-        format!("s.{}::{ty}", quote(name))
+        format!("s.{}::{}", quote(name), unbounded(ty))
     };
     // Moved keys take their old key's stored values, before the old key's delete.
     for (g, group) in groups.iter().enumerate().filter(|(_, g)| g.moves()) {
@@ -352,7 +353,7 @@ pub(crate) async fn apply_table(
             .enumerate()
             .map(|(k, c)| {
                 let ty = meta.types.get(&c.name).map_or("text", String::as_str);
-                format!("o.{} = s.{}::{ty}", quote(&c.name), old_col(k))
+                format!("o.{} = s.{}::{}", quote(&c.name), old_col(k), unbounded(ty))
             })
             .collect();
         let copied = sqlx::query(AssertSqlSafe(format!(

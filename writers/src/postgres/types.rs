@@ -129,6 +129,29 @@ impl ColumnType {
     }
 }
 
+/// `target` without the length of a character or bit string type: an explicit cast to
+/// `character varying(3)` (or `character(3)`, `bit varying(3)`) cuts a longer value silently,
+/// while the assignment to the column refuses it, as a value the column cannot hold should be.
+pub(crate) fn unbounded(target: &str) -> String {
+    let (base, arrays) = match target.find("[]") {
+        Some(i) => target.split_at(i),
+        None => (target, ""),
+    };
+    let unbounded = [
+        ("character varying(", "character varying"),
+        ("character(", "bpchar"),
+        ("bit varying(", "bit varying"),
+        ("bit(", "bit varying"),
+    ]
+    .iter()
+    .find(|(prefix, _)| base.starts_with(prefix) && base.ends_with(')'))
+    .map(|(_, to)| *to);
+    match unbounded {
+        Some(to) => format!("{to}{arrays}"),
+        None => target.to_owned(),
+    }
+}
+
 pub(crate) fn connect_name(field: &Field) -> Option<&str> {
     field.metadata().get("connect.name").map(String::as_str)
 }
@@ -336,5 +359,20 @@ mod tests {
             "bytea"
         );
         assert!(column_type(&Field::new("s", geo, true)).is_err());
+    }
+
+    #[test]
+    fn casts_leave_lengths_to_the_column() {
+        assert_eq!(unbounded("character varying(20)"), "character varying");
+        assert_eq!(unbounded("character(5)"), "bpchar");
+        assert_eq!(unbounded("character(5)[]"), "bpchar[]");
+        assert_eq!(unbounded("bit(4)"), "bit varying");
+        assert_eq!(unbounded("bit varying(8)"), "bit varying");
+        assert_eq!(unbounded("numeric(10,2)"), "numeric(10,2)");
+        assert_eq!(
+            unbounded("timestamp(3) without time zone"),
+            "timestamp(3) without time zone"
+        );
+        assert_eq!(unbounded("inet"), "inet");
     }
 }
