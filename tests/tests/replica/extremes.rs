@@ -19,7 +19,7 @@ use sqlx::postgres::PgPool;
 use crate::support::{Capture, replicator, rows};
 
 const COLUMNS: &str = "id integer PRIMARY KEY, d date, ts timestamp, ts3 timestamp(3),
-  tstz timestamptz, tm time, f4 real, f8 double precision, t text";
+  tstz timestamptz, tm time, f4 real, f8 double precision, t text, j json";
 
 /// One row per value. `false`: streamed only, since Debezium 3.6's snapshot drops a BC
 /// date's era (4713 BC arrives as 4713 AD; docs/decoding.md, extreme values).
@@ -59,6 +59,13 @@ const VALUES: &[(&str, &str, bool)] = &[
     ("f8", "'94247779607.69379'", true),
     ("t", "''", true),
     ("t", "'☃ \\ '' \" tab\t'", true),
+    // json as written: jsonb would respace, reorder, keep the last "a", and refuse \u0000.
+    (
+        "j",
+        r#"'{"b": 1,  "a": 2, "a": [1.50, 2e3], "s": "x\u0000y"}'"#,
+        true,
+    ),
+    ("j", "' [] '", true),
 ];
 
 /// Per column: the source's value as text, for comparing with the replica (as text) and with
@@ -129,7 +136,7 @@ async fn every_special_value_reaches_the_replica_and_the_raw_layer() {
     let batches = decode_all(&stack, avro, &records).await;
 
     // The source, each value in the forms compared below.
-    let cols: Vec<&str> = ["id", "d", "ts", "ts3", "tstz", "tm", "f4", "f8", "t"].to_vec();
+    let cols: Vec<&str> = ["id", "d", "ts", "ts3", "tstz", "tm", "f4", "f8", "t", "j"].to_vec();
     let source = source_rows(&src, &name, &cols).await;
     assert_eq!(source.len(), records.len(), "one source row per record");
 

@@ -10,3 +10,4 @@ mod fidelity;
 mod hand;
 mod mariadb;
 mod support;
+mod types;

@@ -55,9 +55,19 @@ pub(crate) struct Capture {
 
 impl Capture {
     pub(crate) async fn start(stack: &Stack, name: &str, tables: &[&str]) -> Self {
+        Self::start_with(stack, name, tables, json!({})).await
+    }
+
+    /// As [`Capture::start`], with `extra` added to the connector's config.
+    pub(crate) async fn start_with(
+        stack: &Stack,
+        name: &str,
+        tables: &[&str],
+        extra: Value,
+    ) -> Self {
         let pg = reqwest::Url::parse(&stack.source_pg_url).expect("source url");
         let include: Vec<String> = tables.iter().map(|t| format!("public\\.{t}")).collect();
-        let config = json!({
+        let mut config = json!({
             "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
             "plugin.name": "pgoutput",
             "database.hostname": pg.host_str(), "database.port": pg.port().unwrap_or(5432).to_string(),
@@ -68,6 +78,9 @@ impl Capture {
             "slot.drop.on.stop": "true",
             "skipped.operations": "none",
         });
+        if let (Some(config), Some(extra)) = (config.as_object_mut(), extra.as_object()) {
+            config.extend(extra.clone());
+        }
         let topics = tables
             .iter()
             .map(|t| format!("{name}.public.{t}"))

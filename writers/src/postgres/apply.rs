@@ -27,7 +27,6 @@ use super::encode::CopyBuf;
 use super::error::{At, ReplicaError};
 use super::naming::quote;
 use super::plan::{ColumnDef, TableWork};
-use super::types::unbounded;
 
 /// Stage rows are sent to the server in chunks of about this size.
 const CHUNK: usize = 1 << 20;
@@ -333,9 +332,9 @@ pub(crate) async fn apply_table(
     crate::failpoint::hit("replica.after-copy");
     let any_delete = rows.iter().any(|r| r.grp == 0);
 
-    let cast = |name: &str| -> String {
-        let ty = meta.types.get(name).map_or("text", String::as_str);
-        format!("s.{}::{}", quote(name), unbounded(ty))
+    let actual = |c: &ColumnDef| meta.types.get(&c.name).map_or("text", String::as_str);
+    let cast = |c: &ColumnDef| {
+        c.ty.cast_staged(&format!("s.{}", quote(&c.name)), actual(c))
     };
     // Moved keys take their old key's stored values, before the old key's delete.
     for (g, group) in groups.iter().enumerate().filter(|(_, g)| g.moves()) {
@@ -345,15 +344,26 @@ pub(crate) async fn apply_table(
             .iter()
             .zip(&group.from_old)
             .filter(|(_, copy)| **copy)
-            .map(|(c, _)| format!("{0} = o.{0}::{1}", quote(&c.name), c.ty.wire.sql()))
+            .map(|(c, _)| {
+                let stored = format!("o.{}", quote(&c.name));
+                format!(
+                    "{} = {}",
+                    quote(&c.name),
+                    c.ty.cast_stored(&stored, actual(c))
+                )
+            })
             .collect();
         let on: Vec<String> = work
             .pk
             .iter()
             .enumerate()
             .map(|(k, c)| {
-                let ty = meta.types.get(&c.name).map_or("text", String::as_str);
-                format!("o.{} = s.{}::{}", quote(&c.name), old_col(k), unbounded(ty))
+                let old = format!("s.{}", old_col(k));
+                format!(
+                    "o.{} = {}",
+                    quote(&c.name),
+                    c.ty.cast_staged(&old, actual(c))
+                )
             })
             .collect();
         let copied = sqlx::query(AssertSqlSafe(format!(
@@ -391,7 +401,7 @@ pub(crate) async fn apply_table(
         let on: Vec<String> = work
             .pk
             .iter()
-            .map(|k| format!("t.{} = {}", quote(&k.name), cast(&k.name)))
+            .map(|k| format!("t.{} = {}", quote(&k.name), cast(k)))
             .collect();
         sqlx::query(AssertSqlSafe(format!(
             "DELETE FROM {table} AS t USING {stage} AS s WHERE s.\"__grp\" = 0 AND {}",
@@ -406,6 +416,7 @@ pub(crate) async fn apply_table(
         let grp = g + 1;
         let names = names_of(group);
         let written = &names[work.pk.len()..];
+        let casts: Vec<String> = columns_of(work, group).map(cast).collect();
         let insert = format!(
             "INSERT INTO {table} ({}) SELECT {} FROM {stage} AS s WHERE s.\"__grp\" = {grp}",
             names
@@ -413,7 +424,7 @@ pub(crate) async fn apply_table(
                 .map(|n| quote(n))
                 .collect::<Vec<_>>()
                 .join(", "),
-            names.iter().map(|n| cast(n)).collect::<Vec<_>>().join(", "),
+            casts.join(", "),
         );
         let upsert = if group.kind == Kind::Insert {
             insert.clone()

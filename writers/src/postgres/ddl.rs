@@ -7,10 +7,11 @@ use lakesink_config::SchemaEvolution;
 use sqlx::postgres::PgConnection;
 use sqlx::{AssertSqlSafe, Row};
 
-use super::defaults::ColumnDefault;
+use super::defaults::{ColumnDefault, default_sql};
 use super::error::ReplicaError;
 use super::naming::quote;
 use super::plan::{ColumnDef, TableWork};
+use super::types::SourceType;
 
 /// A table's columns (name → type as `format_type` writes it) and primary key, in order.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -148,18 +149,23 @@ pub(crate) fn plan_ddl(
 fn default_clause(work: &TableWork<'_>, c: &ColumnDef) -> String {
     match &c.default {
         ColumnDefault::None => String::new(),
-        ColumnDefault::Sql(sql) => format!(" DEFAULT {sql}"),
-        ColumnDefault::Unusable(why) => {
-            tracing::warn!(
-                table = %work.name,
-                column = c.name,
-                reason = why,
-                "column added without the schema's default: rows the source gave it without \
-                 a change event stay NULL in the replica"
-            );
-            String::new()
-        }
+        ColumnDefault::Sql(value) => match default_sql(value, &c.ty) {
+            Ok(sql) => format!(" DEFAULT {sql}"),
+            Err(why) => unusable(work, c, &why),
+        },
+        ColumnDefault::Unusable(why) => unusable(work, c, why),
     }
+}
+
+fn unusable(work: &TableWork<'_>, c: &ColumnDef, why: &str) -> String {
+    tracing::warn!(
+        table = %work.name,
+        column = c.name,
+        reason = why,
+        "column added without the schema's default: rows the source gave it without \
+         a change event stay NULL in the replica"
+    );
+    String::new()
 }
 
 /// Runs the DDL inside the apply's transaction, so a failed apply leaves no half schema.
@@ -190,4 +196,65 @@ pub(crate) async fn lock(conn: &mut PgConnection, what: &str) -> Result<(), sqlx
         .execute(&mut *conn)
         .await
         .map(|_| ())
+}
+
+/// Gives each column about to be created (absent from `existing`) the source's own type where
+/// the replica has it; otherwise it keeps its fallback, with a WARN naming table and column.
+/// Types are read back as `format_type` spells them, so the table's shape compares equal.
+pub(crate) async fn resolve_source_types(
+    conn: &mut PgConnection,
+    work: &mut TableWork<'_>,
+    existing: Option<&TableMeta>,
+) -> Result<(), ReplicaError> {
+    let name = work.name.to_string();
+    let at = work.at.clone();
+    let db = |e| ReplicaError::from_sqlx(e, Some(at.clone()));
+    for c in work.pk.iter_mut().chain(work.cols.iter_mut()) {
+        if existing.is_some_and(|m| m.types.contains_key(&c.name)) {
+            continue;
+        }
+        let Some(source) = c.ty.source.take() else {
+            continue;
+        };
+        let (found, wanted) = match &source {
+            SourceType::Named(ty) => {
+                let found: Option<String> = sqlx::query_scalar("SELECT to_regtype($1)::text")
+                    .bind(ty)
+                    .fetch_one(&mut *conn)
+                    .await
+                    .map_err(db)?;
+                (found, ty.clone())
+            }
+            SourceType::Enum {
+                name,
+                labels,
+                array,
+            } => {
+                let found: Vec<String> = sqlx::query_scalar(include_str!("sql/enum_type.sql"))
+                    .bind(name)
+                    .bind(labels)
+                    .fetch_all(&mut *conn)
+                    .await
+                    .map_err(db)?;
+                let brackets = if *array { "[]" } else { "" };
+                let found = match found.as_slice() {
+                    [one] => Some(format!("{one}{brackets}")),
+                    _ => None,
+                };
+                (found, format!("the enum {name} with labels {labels:?}"))
+            }
+        };
+        match found {
+            Some(ty) => c.ty.ddl = ty,
+            None => tracing::warn!(
+                table = name,
+                column = c.name,
+                source_type = wanted,
+                fallback = c.ty.ddl,
+                "the replica has no such type (an extension not installed, an enum not \
+                 created, or two enums of that name): the column gets the fallback type"
+            ),
+        }
+    }
+    Ok(())
 }

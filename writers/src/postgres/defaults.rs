@@ -23,7 +23,8 @@ use super::types::{ColumnType, Conv};
 pub(crate) enum ColumnDefault {
     /// No default: the column is added nullable, without one.
     None,
-    /// The `DEFAULT` clause's expression.
+    /// The default as PostgreSQL's text input, quoted and cast to the column's type when the
+    /// column is created (not decided before then: the source's own type may be missing).
     Sql(String),
     /// A default the replica cannot take, and why (logged when the column is added).
     Unusable(String),
@@ -35,9 +36,33 @@ pub(crate) fn column_default(field: &Field, ty: &ColumnType) -> ColumnDefault {
         return ColumnDefault::None;
     };
     match literal(text, field.data_type(), ty) {
-        Ok(value) => ColumnDefault::Sql(format!("{}::{}", quote_literal(&value), ty.ddl)),
+        Ok(value) => ColumnDefault::Sql(value),
         Err(why) => ColumnDefault::Unusable(format!("default {text:?}: {why}")),
     }
+}
+
+/// The `DEFAULT` expression for a column of type `ty` whose default is `value` (text input).
+pub(crate) fn default_sql(value: &str, ty: &ColumnType) -> Result<String, String> {
+    if ty.hstore_json && ty.ddl == "hstore" {
+        return Ok(format!("{}::hstore", quote_literal(&hstore_text(value)?)));
+    }
+    Ok(format!("{}::{}", quote_literal(value), ty.ddl))
+}
+
+/// Debezium's JSON object for an `hstore` as `hstore`'s text input.
+fn hstore_text(json: &str) -> Result<String, String> {
+    let v: serde_json::Value =
+        serde_json::from_str(json).map_err(|e| format!("not JSON for an hstore: {e}"))?;
+    let obj = v.as_object().ok_or("not a JSON object for an hstore")?;
+    let quoted = |s: &str| format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""));
+    obj.iter()
+        .map(|(k, v)| match v {
+            serde_json::Value::String(s) => Ok(format!("{}=>{}", quoted(k), quoted(s))),
+            serde_json::Value::Null => Ok(format!("{}=>NULL", quoted(k))),
+            _ => Err("an hstore value that is not a string".to_owned()),
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(|pairs| pairs.join(", "))
 }
 
 /// `E'…'`: valid whatever `standard_conforming_strings` is.
@@ -210,12 +235,14 @@ mod tests {
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
         let f = Field::new("c", dt, true).with_metadata(meta);
-        column_default(&f, &column_type(&f).expect("type"))
+        column_default(&f, &column_type(&f, false).expect("type"))
     }
 
     fn sql(dt: DataType, value: &str) -> String {
+        let f = Field::new("c", dt.clone(), true);
+        let ddl = column_type(&f, false).expect("type").ddl;
         match default_of(dt, &[("connect.default", value)]) {
-            ColumnDefault::Sql(s) => s,
+            ColumnDefault::Sql(s) => format!("{}::{ddl}", quote_literal(&s)),
             other => panic!("{value:?}: {other:?}"),
         }
     }

@@ -639,7 +639,7 @@ mod tests {
 
     #[test]
     fn placeholders_in_text_bytes_and_arrays() {
-        let ty = |f: &arrow_schema::Field| super::super::types::column_type(f).unwrap();
+        let ty = |f: &arrow_schema::Field| super::super::types::column_type(f, false).unwrap();
         let text: ArrayRef = Arc::new(StringArray::from(vec![Some(PLACEHOLDER), Some("x"), None]));
         let t = ty(&arrow_schema::Field::new("t", DataType::Utf8, true));
         let e = Enc::new(&text, &t).unwrap();
@@ -666,7 +666,7 @@ mod tests {
     /// The column type of a nullable column of `a`'s type.
     fn ty_of(a: &ArrayRef) -> ColumnType {
         let field = arrow_schema::Field::new("c", a.data_type().clone(), true);
-        super::super::types::column_type(&field).unwrap()
+        super::super::types::column_type(&field, false).unwrap()
     }
 
     #[test]
@@ -733,7 +733,7 @@ mod tests {
         let mut written = 0;
         for column in &columns {
             let field = arrow_schema::Field::new("c", column.data_type().clone(), true);
-            let Ok(ty) = super::super::types::column_type(&field) else {
+            let Ok(ty) = super::super::types::column_type(&field, false) else {
                 continue;
             };
             let enc = Enc::new(column, &ty).unwrap();

@@ -181,7 +181,7 @@ impl PgReplicator {
         let works = plan::plan(&self.rules, batches, &stored)?;
 
         let mut changed: Vec<(TableName, Arc<TableMeta>)> = Vec::new();
-        for (seq, work) in works.into_iter().enumerate() {
+        for (seq, mut work) in works.into_iter().enumerate() {
             let cached = self.cached(&work.name);
             let existing = match cached {
                 Some(m) => Some(m),
@@ -191,6 +191,7 @@ impl PgReplicator {
             if existing.is_none() && only_deletes {
                 continue; // nothing to delete in a table that does not exist
             }
+            ddl::resolve_source_types(&mut tx, &mut work, existing.as_deref()).await?;
             let (ddl, meta) =
                 ddl::plan_ddl(&work, existing.as_deref(), self.auto_create, self.evolution)
                     .map_err(|reason| ReplicaError::BadData {

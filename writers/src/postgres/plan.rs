@@ -81,6 +81,22 @@ impl TableWork<'_> {
     }
 }
 
+/// Whether the envelope's `source` record is `io.debezium.connector.postgresql.Source`, as the
+/// decoder keeps its name on the field (`connect.name`, or arrow-avro's `avro.name` and
+/// `avro.namespace`).
+fn postgres_source(schema: &arrow_schema::Schema) -> bool {
+    const SOURCE: &str = "io.debezium.connector.postgresql.Source";
+    let Ok(f) = schema.field_with_name("source") else {
+        return false;
+    };
+    let m = f.metadata();
+    let get = |k: &str| m.get(k).map(String::as_str);
+    get("connect.name") == Some(SOURCE)
+        || get("avro.name") == Some(SOURCE)
+        || (get("avro.namespace") == Some("io.debezium.connector.postgresql")
+            && get("avro.name") == Some("Source"))
+}
+
 /// The columns of one batch, looked up once.
 struct View<'a> {
     b: &'a ChangeBatch,
@@ -91,6 +107,8 @@ struct View<'a> {
     after: Option<&'a StructArray>,
     before: Option<&'a StructArray>,
     source: Option<&'a StructArray>,
+    /// The envelope's `source` record is Debezium's PostgreSQL connector's.
+    postgres: bool,
 }
 
 impl<'a> View<'a> {
@@ -124,6 +142,7 @@ impl<'a> View<'a> {
             after,
             before,
             source,
+            postgres: b.shape == ValueShape::Envelope && postgres_source(rows.schema_ref()),
         })
     }
 
@@ -446,7 +465,7 @@ fn key_columns(rules: &Rules, v: &View<'_>) -> Result<Vec<ColumnDef>, String> {
                 .1;
             check_ident(&n, "column")?;
             Ok(ColumnDef {
-                ty: column_type(f)?,
+                ty: column_type(f, v.postgres)?,
                 name: n,
                 default: ColumnDefault::None,
             })
@@ -469,7 +488,7 @@ fn batch_encs<'a>(
             by_name.insert(f.name(), after.column(i));
             if !work.cols.iter().any(|c| &c.name == f.name()) {
                 check_ident(f.name(), "column")?;
-                let ty = column_type(f)?;
+                let ty = column_type(f, v.postgres)?;
                 work.cols.push(ColumnDef {
                     name: f.name().clone(),
                     default: column_default(f, &ty),

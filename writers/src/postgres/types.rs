@@ -3,6 +3,11 @@
 //! Each column has a target type (for `CREATE TABLE` / `ADD COLUMN`) and a wire type: what the
 //! binary `COPY` carries. Where PostgreSQL's binary format is awkward (uuid, json, xml, bit
 //! strings) the wire type is `text` and the upsert casts it from the staging table.
+//!
+//! Where the source is PostgreSQL and Debezium propagates the source column's type
+//! (`column.propagate.source.type`), the column is created with the source's own type
+//! (`character(5)`, `inet`, `int4range`, `ltree`, an enum, …) when the replica has it: see
+//! [`SourceType`]. `json` and `jsonb` are told apart by that type alone, from any connector.
 
 use arrow_schema::{DataType, Field, TimeUnit};
 
@@ -114,9 +119,31 @@ pub(crate) enum Conv {
 /// A column's PostgreSQL target type and how its values travel.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct ColumnType {
+    /// The type a new column gets; while `source` is unresolved, the fallback.
     pub ddl: String,
     pub wire: Wire,
     pub conv: Conv,
+    /// The source's own type, which the replica may lack: looked up in its catalog when the
+    /// column is created (`ddl::resolve_source_types`), else the column gets `ddl`.
+    pub source: Option<SourceType>,
+    /// The values are Debezium's JSON object for a PostgreSQL `hstore`
+    /// (`hstore.handling.mode=json`): an `hstore` column takes them converted in SQL.
+    pub hstore_json: bool,
+}
+
+/// A source column type the replica may not have (an extension's, a user enum, a multirange
+/// on an older server).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum SourceType {
+    /// A type by its SQL name (`inet`, `character(5)`, `ltree[]`), found with `to_regtype`.
+    Named(String),
+    /// A user enum, by the upper-case name Debezium sends (`MOOD`): the one enum of the
+    /// replica of that name, case aside, that holds every label the schema allows.
+    Enum {
+        name: String,
+        labels: Vec<String>,
+        array: bool,
+    },
 }
 
 impl ColumnType {
@@ -125,7 +152,34 @@ impl ColumnType {
             ddl: ddl.into(),
             wire,
             conv,
+            source: None,
+            hstore_json: false,
         }
+    }
+
+    fn with_source(mut self, source: SourceType) -> Self {
+        self.source = Some(source);
+        self
+    }
+
+    /// SQL turning the staged (wire) value `expr` into this column's actual type `target` (as
+    /// `format_type` writes it).
+    pub(crate) fn cast_staged(&self, expr: &str, target: &str) -> String {
+        if self.hstore_json && target == "hstore" {
+            return format!(
+                "CASE WHEN {expr} IS NULL THEN NULL ELSE (SELECT coalesce(hstore(array_agg(j.key), \
+                 array_agg(j.value)), ''::hstore) FROM json_each_text({expr}::json) AS j) END"
+            );
+        }
+        format!("{expr}::{}", unbounded(target))
+    }
+
+    /// SQL turning a stored value `expr` of the actual type `target` back into the wire type.
+    pub(crate) fn cast_stored(&self, expr: &str, target: &str) -> String {
+        if self.hstore_json && target == "hstore" {
+            return format!("hstore_to_json({expr})::text");
+        }
+        format!("{expr}::{}", self.wire.sql())
     }
 }
 
@@ -156,7 +210,7 @@ pub(crate) fn connect_name(field: &Field) -> Option<&str> {
     field.metadata().get("connect.name").map(String::as_str)
 }
 
-fn connect_param(field: &Field, name: &str) -> Option<String> {
+pub(crate) fn connect_param(field: &Field, name: &str) -> Option<String> {
     let params = field.metadata().get("connect.parameters")?;
     let v: serde_json::Value = serde_json::from_str(params).ok()?;
     match &v[name] {
@@ -166,13 +220,121 @@ fn connect_param(field: &Field, name: &str) -> Option<String> {
     }
 }
 
+/// The parameter Debezium adds with `column.propagate.source.type` (or
+/// `datatype.propagate.source.type`): the source column's type, upper case (`BPCHAR`, `INET`,
+/// `_INET` for an array, an enum's own name).
+const SOURCE_TYPE: &str = "__debezium.source.column.type";
+const SOURCE_LENGTH: &str = "__debezium.source.column.length";
+
+/// Types Debezium's PostgreSQL connector sends as their text form, which the replica can
+/// cast that text back into.
+const PG_TEXT_TYPES: &[&str] = &[
+    "INET",
+    "CIDR",
+    "MACADDR",
+    "MACADDR8",
+    "INT4RANGE",
+    "INT8RANGE",
+    "NUMRANGE",
+    "TSRANGE",
+    "TSTZRANGE",
+    "DATERANGE",
+    "INT4MULTIRANGE",
+    "INT8MULTIRANGE",
+    "NUMMULTIRANGE",
+    "TSMULTIRANGE",
+    "TSTZMULTIRANGE",
+    "DATEMULTIRANGE",
+    "LTREE",
+    "CITEXT",
+];
+
 /// The PostgreSQL type of a column holding `field`'s values, or why there is none.
-pub(crate) fn column_type(field: &Field) -> Result<ColumnType, String> {
+/// `postgres`: the source is PostgreSQL (the envelope's `source` record says so), so its
+/// column types, where Debezium propagates them, are the replica's to take.
+pub(crate) fn column_type(field: &Field, postgres: bool) -> Result<ColumnType, String> {
+    let t = debezium_type(field, postgres)?;
+    Ok(if postgres {
+        pg_source_type(field, t)
+    } else {
+        t
+    })
+}
+
+/// The source's own type for a column Debezium sends as text (or `money` as a decimal).
+fn pg_source_type(field: &Field, t: ColumnType) -> ColumnType {
+    let (elem, array) = match field.data_type() {
+        DataType::List(e) => (e.as_ref(), true),
+        _ => (field, false),
+    };
+    let ltree = connect_name(elem) == Some("io.debezium.data.Ltree");
+    let Some(source) = connect_param(field, SOURCE_TYPE).or_else(|| ltree.then(|| "LTREE".into()))
+    else {
+        return t;
+    };
+    let base = if array {
+        match source.strip_prefix('_') {
+            Some(b) => b,
+            None => return t,
+        }
+    } else {
+        source.as_str()
+    };
+    let brackets = if array { "[]" } else { "" };
+    let text = t.wire == Wire::Text || t.wire == Wire::Array(Box::new(Wire::Text));
+    let named = |name: String| t.clone().with_source(SourceType::Named(name));
+    match base {
+        "BPCHAR" if text && t.conv == Conv::Plain => {
+            match connect_param(field, SOURCE_LENGTH).and_then(|l| l.parse::<u32>().ok()) {
+                // Built in, so no lookup (`to_regtype` would drop the length, too).
+                Some(n @ 1..=10_485_760) => ColumnType {
+                    ddl: format!("character({n}){brackets}"),
+                    ..t
+                },
+                _ => t,
+            }
+        }
+        "MONEY" if matches!(t.conv, Conv::Decimal) && !array => ColumnType {
+            ddl: "money".into(),
+            ..t
+        },
+        _ if !text || t.conv != Conv::Plain => t,
+        b if PG_TEXT_TYPES.contains(&b) && connect_name(elem).is_none_or(|_| ltree) => {
+            named(format!("{}{brackets}", b.to_ascii_lowercase()))
+        }
+        "HSTORE" if t.hstore_json => named(format!("hstore{brackets}")),
+        name if connect_name(elem) == Some("io.debezium.data.Enum") => {
+            match connect_param(elem, "allowed") {
+                Some(allowed) => t.clone().with_source(SourceType::Enum {
+                    name: name.to_owned(),
+                    labels: allowed.split(',').map(str::to_owned).collect(),
+                    array,
+                }),
+                None => t,
+            }
+        }
+        _ => t,
+    }
+}
+
+/// The type from the Debezium and Arrow types alone (and, for JSON, the source type).
+fn debezium_type(field: &Field, postgres: bool) -> Result<ColumnType, String> {
     use ColumnType as C;
     let dt = field.data_type();
+    if connect_name(field) == Some("io.debezium.data.Json") && *dt == DataType::Utf8 {
+        // `json` keeps the text as written (whitespace, key order, duplicate keys, `\u0000`),
+        // which `jsonb` cannot; so `jsonb` only where the source says it was one.
+        return Ok(match connect_param(field, SOURCE_TYPE).as_deref() {
+            Some("JSONB") => C::new("jsonb", Wire::Text, Conv::Plain),
+            Some("HSTORE") if postgres => C {
+                hstore_json: true,
+                ..C::new("json", Wire::Text, Conv::Plain)
+            },
+            _ => C::new("json", Wire::Text, Conv::Plain),
+        });
+    }
     let by_name = match (connect_name(field), dt) {
         (Some("io.debezium.data.Uuid"), DataType::Utf8) => Some(("uuid", Conv::Plain)),
-        (Some("io.debezium.data.Json"), DataType::Utf8) => Some(("jsonb", Conv::Plain)),
         (Some("io.debezium.data.Xml"), DataType::Utf8) => Some(("xml", Conv::Plain)),
         (Some("io.debezium.time.ZonedTime"), DataType::Utf8) => {
             Some(("time with time zone", Conv::Plain))
@@ -231,15 +393,21 @@ pub(crate) fn column_type(field: &Field) -> Result<ColumnType, String> {
             }
         }
         DataType::List(elem) => {
-            let e = column_type(elem)?;
+            let mut e = debezium_type(elem, postgres)?;
+            if e.ddl == "json" && connect_param(field, SOURCE_TYPE).as_deref() == Some("_JSONB") {
+                e.ddl = "jsonb".into();
+            }
             if matches!(e.wire, Wire::Array(_)) || !matches!(e.conv, Conv::Plain | Conv::Decimal) {
                 return Err(unsupported(field));
             }
-            C::new(
-                format!("{}[]", e.ddl),
-                Wire::Array(Box::new(e.wire)),
-                e.conv,
-            )
+            C {
+                hstore_json: e.hstore_json,
+                ..C::new(
+                    format!("{}[]", e.ddl),
+                    Wire::Array(Box::new(e.wire)),
+                    e.conv,
+                )
+            }
         }
         _ => return Err(unsupported(field)),
     })
@@ -269,7 +437,7 @@ mod tests {
     }
 
     fn ddl(f: &Field) -> String {
-        column_type(f).unwrap().ddl
+        column_type(f, false).unwrap().ddl
     }
 
     #[test]
@@ -298,21 +466,21 @@ mod tests {
             "interval"
         );
         let list = DataType::List(Field::new("item", DataType::Int32, true).into());
-        let t = column_type(&f(list)).unwrap();
+        let t = column_type(&f(list), false).unwrap();
         assert_eq!(
             (t.ddl.as_str(), t.wire.sql()),
             ("integer[]", "integer[]".into())
         );
-        assert!(column_type(&f(DataType::Duration(TimeUnit::Second))).is_err());
+        assert!(column_type(&f(DataType::Duration(TimeUnit::Second)), false).is_err());
     }
 
     #[test]
     fn debezium_semantic_types_by_connect_name() {
-        let t = column_type(&named("u", DataType::Utf8, "io.debezium.data.Uuid")).unwrap();
+        let t = column_type(&named("u", DataType::Utf8, "io.debezium.data.Uuid"), false).unwrap();
         assert_eq!((t.ddl.as_str(), t.wire), ("uuid", Wire::Text));
         assert_eq!(
             ddl(&named("j", DataType::Utf8, "io.debezium.data.Json")),
-            "jsonb"
+            "json"
         );
         assert_eq!(
             ddl(&named("x", DataType::Utf8, "io.debezium.data.Xml")),
@@ -327,7 +495,7 @@ mod tests {
                 ("connect.name".into(), "io.debezium.data.Bits".into()),
                 ("connect.parameters".into(), r#"{"length":"4"}"#.into()),
             ]));
-        let t = column_type(&bits).unwrap();
+        let t = column_type(&bits, false).unwrap();
         assert_eq!(
             (t.ddl.as_str(), t.conv),
             ("bit varying", Conv::Bits(Some(4)))
@@ -358,7 +526,137 @@ mod tests {
             )),
             "bytea"
         );
-        assert!(column_type(&Field::new("s", geo, true)).is_err());
+        assert!(column_type(&Field::new("s", geo, true), false).is_err());
+    }
+
+    /// A field as Debezium sends it with `column.propagate.source.type`.
+    fn propagated(dt: DataType, connect: Option<&str>, source: &str, length: &str) -> Field {
+        let mut meta = HashMap::from([(
+            "connect.parameters".to_owned(),
+            serde_json::json!({
+                "__debezium.source.column.type": source,
+                "__debezium.source.column.length": length,
+                "__debezium.source.column.scale": "0",
+                "allowed": "sad,ok,happy",
+            })
+            .to_string(),
+        )]);
+        if let Some(c) = connect {
+            meta.insert("connect.name".into(), c.into());
+        }
+        Field::new("c", dt, true).with_metadata(meta)
+    }
+
+    #[test]
+    fn json_is_json_unless_the_source_says_jsonb() {
+        let json = Some("io.debezium.data.Json");
+        for pg in [false, true] {
+            let t = column_type(&propagated(DataType::Utf8, json, "JSON", "0"), pg).unwrap();
+            assert_eq!((t.ddl.as_str(), t.source), ("json", None));
+            let t = column_type(&propagated(DataType::Utf8, json, "JSONB", "0"), pg).unwrap();
+            assert_eq!((t.ddl.as_str(), t.source), ("jsonb", None));
+        }
+        let elem = named("item", DataType::Utf8, "io.debezium.data.Json");
+        let jsonb_array = propagated(DataType::List(elem.into()), None, "_JSONB", "0");
+        assert_eq!(column_type(&jsonb_array, true).unwrap().ddl, "jsonb[]");
+        // hstore (hstore.handling.mode=json) is JSON text: json, or hstore where it exists.
+        let hs = column_type(&propagated(DataType::Utf8, json, "HSTORE", "0"), true).unwrap();
+        assert_eq!(
+            (hs.ddl.as_str(), hs.source.clone(), hs.hstore_json),
+            ("json", Some(SourceType::Named("hstore".into())), true)
+        );
+        assert_eq!(
+            hs.cast_staged("s.c", "jsonb"),
+            "s.c::jsonb",
+            "an hstore column made jsonb by an older lakesink still takes the JSON"
+        );
+        assert!(
+            hs.cast_staged("s.c", "hstore")
+                .contains("json_each_text(s.c::json)")
+        );
+        assert_eq!(hs.cast_stored("o.c", "hstore"), "hstore_to_json(o.c)::text");
+    }
+
+    #[test]
+    fn postgres_source_types_where_the_source_is_postgresql() {
+        let src = |dt: DataType, connect, source, length, pg| {
+            column_type(&propagated(dt, connect, source, length), pg)
+                .unwrap()
+                .source
+        };
+        let by_name = |s: &str| Some(SourceType::Named(s.into()));
+        let ddl = |dt: DataType, source, length, pg| {
+            column_type(&propagated(dt, None, source, length), pg)
+                .unwrap()
+                .ddl
+        };
+        assert_eq!(ddl(DataType::Utf8, "BPCHAR", "5", true), "character(5)");
+        for (source, ty) in [
+            ("INET", "inet"),
+            ("CIDR", "cidr"),
+            ("MACADDR", "macaddr"),
+            ("MACADDR8", "macaddr8"),
+            ("INT4RANGE", "int4range"),
+            ("TSTZRANGE", "tstzrange"),
+            ("CITEXT", "citext"),
+        ] {
+            assert_eq!(
+                src(DataType::Utf8, None, source, "2147483647", true),
+                by_name(ty)
+            );
+        }
+        let ltree = Some("io.debezium.data.Ltree");
+        assert_eq!(
+            src(DataType::Utf8, ltree, "LTREE", "0", true),
+            by_name("ltree")
+        );
+        let mo = src(
+            DataType::Utf8,
+            Some("io.debezium.data.Enum"),
+            "MOOD",
+            "2147483647",
+            true,
+        );
+        assert_eq!(
+            mo,
+            Some(SourceType::Enum {
+                name: "MOOD".into(),
+                labels: vec!["sad".into(), "ok".into(), "happy".into()],
+                array: false
+            })
+        );
+        let money = DataType::Decimal256(64, 2);
+        assert_eq!(ddl(money.clone(), "MONEY", "0", true), "money");
+        let list = DataType::List(Field::new("item", DataType::Utf8, true).into());
+        assert_eq!(ddl(list.clone(), "_BPCHAR", "3", true), "character(3)[]");
+        assert_eq!(src(list, None, "_INET", "0", true), by_name("inet[]"));
+        // Not from PostgreSQL (SQL Server has MONEY too, MySQL CHAR), or not the source's
+        // own text: the Debezium type's column, as before.
+        assert_eq!(ddl(DataType::Utf8, "BPCHAR", "5", false), "text");
+        assert_eq!(ddl(money, "MONEY", "0", false), "numeric(64,2)");
+        assert_eq!(src(DataType::Utf8, None, "VARCHAR", "5", true), None);
+        assert_eq!(src(DataType::Utf8, None, "TEXT", "0", true), None);
+        assert_eq!(
+            src(
+                DataType::Utf8,
+                Some("io.debezium.data.Uuid"),
+                "INET",
+                "0",
+                true
+            ),
+            None
+        );
+        assert_eq!(src(DataType::Int32, None, "INET", "0", true), None);
+        // Fallbacks are what the Debezium type gives.
+        let t = column_type(&propagated(DataType::Utf8, None, "INET", "0"), true).unwrap();
+        assert_eq!((t.ddl.as_str(), t.wire), ("text", Wire::Text));
+        // Without propagation an Ltree is still PostgreSQL's.
+        assert_eq!(
+            column_type(&named("l", DataType::Utf8, "io.debezium.data.Ltree"), true)
+                .unwrap()
+                .source,
+            by_name("ltree")
+        );
     }
 
     #[test]

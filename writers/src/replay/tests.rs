@@ -281,7 +281,7 @@ async fn batches_read_back_from_parquet_plan_like_the_live_ones() {
     assert!(
         want[0].contains("numeric(10,2)")
             && want[0].contains("uuid")
-            && want[0].contains("jsonb")
+            && want[0].contains("doc json ")
             && want[0].contains("timestamptz"),
         "{}",
         want[0]
