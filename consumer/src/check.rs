@@ -88,8 +88,27 @@ pub(crate) async fn run(path: &Path, source_connectors: &[std::path::PathBuf]) -
         report.result("object store", r);
     }
     for file in source_connectors {
-        let (status, text) = source_connector(&config, file);
+        let connector = match std::fs::read_to_string(file)
+            .map_err(|e| e.to_string())
+            .and_then(|text| lakesink_config::connect_import::connector_config(&text))
+        {
+            Ok(c) => c,
+            Err(e) => {
+                report.line(
+                    Status::Fail,
+                    "connector",
+                    &format!("{}: {e}", file.display()),
+                );
+                continue;
+            }
+        };
+        let (status, text) = source_connector(&config, file, &connector);
         report.line(status, "connector", &text);
+        if config.replica.is_some()
+            && let Some((status, text)) = source_types(file, &connector)
+        {
+            report.line(status, "source types", &text);
+        }
     }
     if let Some(replica) = &config.replica {
         let topics = config.kafka.topics.clone();
@@ -106,15 +125,8 @@ pub(crate) async fn run(path: &Path, source_connectors: &[std::path::PathBuf]) -
 /// A source connector's settings that decide what reaches the replica: Debezium drops
 /// truncates before Kafka unless `skipped.operations` leaves `t` out (its default is `t`), so
 /// with `truncate-enabled` on the replica would keep rows the source truncated.
-fn source_connector(config: &Config, file: &Path) -> (Status, String) {
+fn source_connector(config: &Config, file: &Path, connector: &Connector) -> (Status, String) {
     let shown = file.display();
-    let connector = match std::fs::read_to_string(file)
-        .map_err(|e| e.to_string())
-        .and_then(|text| lakesink_config::connect_import::connector_config(&text))
-    {
-        Ok(c) => c,
-        Err(e) => return (Status::Fail, format!("{shown}: {e}")),
-    };
     let truncates = config.replica.as_ref().is_some_and(|r| r.truncate_enabled);
     let skipped = connector.get("skipped.operations").map(String::as_str);
     let drops_truncates = skipped.is_none_or(|ops| ops.split(',').any(|op| op.trim() == "t"));
@@ -139,6 +151,44 @@ fn source_connector(config: &Config, file: &Path) -> (Status, String) {
             format!("{shown}: replica.truncate-enabled is off: truncates are not applied"),
         ),
     }
+}
+
+type Connector = std::collections::BTreeMap<String, String>;
+
+/// A PostgreSQL source connector propagates its column types
+/// (`column.propagate.source.type` or `datatype.propagate.source.type`), without which the
+/// replica cannot tell `json` from `jsonb` and makes `char(n)`, `inet`, ranges, enums and the
+/// like `text`. `None` for other connectors.
+fn source_types(file: &Path, connector: &Connector) -> Option<(Status, String)> {
+    let class = connector.get("connector.class")?;
+    if !class.contains("postgresql") {
+        return None;
+    }
+    let shown = file.display();
+    let set = [
+        "column.propagate.source.type",
+        "datatype.propagate.source.type",
+    ]
+    .into_iter()
+    .find_map(|k| Some((k, connector.get(k).filter(|v| !v.trim().is_empty())?)));
+    Some(match set {
+        Some((key, re)) => (
+            Status::Ok,
+            format!(
+                "{shown}: {key} is {re:?}: the replica gives the columns it matches the \
+                 source's own types"
+            ),
+        ),
+        None => (
+            Status::Warn,
+            format!(
+                "{shown}: column.propagate.source.type is unset, so the replica cannot tell \
+                 json from jsonb (both become json) and makes char(n), inet, cidr, macaddr, \
+                 ranges, hstore, citext and enums text; set \"column.propagate.source.type\": \
+                 \".*\" in the connector"
+            ),
+        ),
+    })
 }
 
 /// The brokers answer a metadata request; the configured topics are there (or the regex

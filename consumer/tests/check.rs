@@ -340,3 +340,63 @@ fn check_warns_when_the_source_connector_drops_truncates_the_replica_would_apply
         "{report}"
     );
 }
+
+/// Without `column.propagate.source.type` a PostgreSQL connector's schemas do not say which
+/// columns are `jsonb`, `char(n)`, `inet`, …: `check` warns.
+#[test]
+fn check_warns_when_the_source_connector_does_not_propagate_source_types() {
+    let stack = Stack::from_env();
+    let dir = std::env::temp_dir().join(unique("lakesink-check"));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let config = dir.join("replica.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[kafka]\nbrokers = \"{}\"\ntopics = [\"t\"]\n[replica]\nurl = \"{}\"\n",
+            stack.kafka_brokers, stack.replica_pg_url
+        ),
+    )
+    .expect("write");
+    let connector = |file: &str, propagate: Option<&str>| {
+        let mut cfg = serde_json::json!({
+            "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+            "topic.prefix": "demo",
+        });
+        if let Some(p) = propagate {
+            cfg["column.propagate.source.type"] = p.into();
+        }
+        let path = dir.join(file);
+        std::fs::write(&path, cfg.to_string()).expect("write");
+        path
+    };
+    let off = connector("off.json", None);
+    let on = connector("on.json", Some(".*"));
+    let out = lakesink(
+        &[
+            "check",
+            "--config",
+            config.to_str().expect("utf-8"),
+            "--source-connector",
+            off.to_str().expect("utf-8"),
+            "--source-connector",
+            on.to_str().expect("utf-8"),
+        ],
+        &[],
+    );
+    let report = text(&out).0;
+    let lines: Vec<&str> = report
+        .lines()
+        .filter(|l| l[4..].trim_start().starts_with("source types"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{report}");
+    assert!(
+        lines[0].starts_with("WARN")
+            && lines[0].contains("off.json")
+            && lines[0].contains("\"column.propagate.source.type\": \".*\""),
+        "{report}"
+    );
+    assert!(
+        lines[1].starts_with("OK") && lines[1].contains("on.json"),
+        "{report}"
+    );
+}
