@@ -72,6 +72,7 @@ fn compose_names_the_same_services_as_dev_stack() {
             "kafka-secure",
             "kafka-secure-tls",
             "lakesink",
+            "mariadb",
             "registry",
             "replica-pg",
             "s3",
@@ -101,6 +102,7 @@ fn compose_publishes_the_ports_dev_stack_uses() {
         ("s3", "LAKESINK_S3_ENDPOINT"),
         ("source-pg", "LAKESINK_SOURCE_PG_URL"),
         ("replica-pg", "LAKESINK_REPLICA_PG_URL"),
+        ("mariadb", "LAKESINK_MARIADB_URL"),
     ] {
         let port = port_of(&env[var]);
         let published = &compose.services[service].ports;
