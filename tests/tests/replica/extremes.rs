@@ -12,6 +12,7 @@ use lakesink_schema_registry::{ChangeBatch, Format, IdKind};
 use lakesink_tests::debezium::decode_all;
 use lakesink_tests::{Stack, unique, unreachable};
 use lakesink_writers::parquet::ParquetWriter;
+use rdkafka::message::Headers;
 use serde_json::Value;
 use sqlx::AssertSqlSafe;
 use sqlx::postgres::PgPool;
@@ -88,8 +89,57 @@ fn physical(col: &str) -> String {
     }
 }
 
+/// How the connector writes its records, and how lakesink is told to read them.
+fn wire(kind: &str) -> (Value, Format) {
+    let avro = |payload_ids| Format::Avro {
+        payload_ids,
+        check_artifacts: true,
+    };
+    match kind {
+        // The Apicurio 2.x converter's default: 8-byte globalIds in record headers.
+        "avro-headers" => (serde_json::json!({}), avro(IdKind::ContentId)),
+        // Headers off, Confluent framing: a magic byte and a 4-byte contentId in the payload.
+        "avro-payload" => (
+            serde_json::json!({
+                "key.converter.apicurio.registry.headers.enabled": "false",
+                "value.converter.apicurio.registry.headers.enabled": "false",
+                "key.converter.apicurio.registry.as-confluent": "true",
+                "value.converter.apicurio.registry.as-confluent": "true",
+                "key.converter.apicurio.registry.use-id": "contentId",
+                "value.converter.apicurio.registry.use-id": "contentId",
+            }),
+            avro(IdKind::ContentId),
+        ),
+        "connect-json" => (
+            serde_json::json!({
+                "key.converter": "org.apache.kafka.connect.json.JsonConverter",
+                "value.converter": "org.apache.kafka.connect.json.JsonConverter",
+                "key.converter.schemas.enable": "true",
+                "value.converter.schemas.enable": "true",
+            }),
+            Format::ConnectJson,
+        ),
+        other => panic!("no wire format {other}"),
+    }
+}
+
 #[tokio::test]
 async fn every_special_value_reaches_the_replica_and_the_raw_layer() {
+    special_values("avro-headers").await;
+}
+
+#[tokio::test]
+async fn every_special_value_arrives_framed_in_the_payload_too() {
+    special_values("avro-payload").await;
+}
+
+#[tokio::test]
+async fn every_special_value_arrives_through_jsonconverter_too() {
+    special_values("connect-json").await;
+}
+
+async fn special_values(kind: &str) {
+    let (converters, format) = wire(kind);
     let stack = Stack::from_env();
     let name = unique("extremes");
     let src = PgPool::connect(&stack.source_pg_url)
@@ -119,7 +169,7 @@ async fn every_special_value_reaches_the_replica_and_the_raw_layer() {
     setup.extend(snapshot.iter().enumerate().map(|(i, v)| insert(i + 1, v)));
     setup.push(format!("INSERT INTO public.{name} (id) VALUES (999)"));
     exec(setup).await;
-    let capture = Capture::start(&stack, &name, &[&name]).await;
+    let capture = Capture::start_with(&stack, &name, &[&name], converters).await;
     exec(
         VALUES
             .iter()
@@ -129,11 +179,26 @@ async fn every_special_value_reaches_the_replica_and_the_raw_layer() {
     )
     .await;
     let records = capture.read(&[snapshot.len() + 1 + VALUES.len()]).await;
-    let avro = Format::Avro {
-        payload_ids: IdKind::ContentId,
-        check_artifacts: true,
-    };
-    let batches = decode_all(&stack, avro, &records).await;
+    // The records are framed as `kind` says.
+    for r in &records {
+        let value = rdkafka::Message::payload(r).expect("a value");
+        let names: Vec<String> = rdkafka::Message::headers(r)
+            .map(|h| (0..h.count()).map(|i| h.get(i).key.to_owned()).collect())
+            .unwrap_or_default();
+        match kind {
+            "avro-headers" => assert!(
+                names.iter().any(|n| n.starts_with("apicurio")),
+                "ids in headers: {names:?}"
+            ),
+            "avro-payload" => assert!(
+                !names.iter().any(|n| n.starts_with("apicurio")) && value[0] == 0,
+                "a magic byte and an id, no id headers: {names:?} {:?}",
+                &value[..value.len().min(9)]
+            ),
+            _ => assert_eq!(value[0], b'{', "JSON"),
+        }
+    }
+    let batches = decode_all(&stack, format, &records).await;
 
     // The source, each value in the forms compared below.
     let cols: Vec<&str> = ["id", "d", "ts", "ts3", "tstz", "tm", "f4", "f8", "t", "j"].to_vec();

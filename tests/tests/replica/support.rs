@@ -125,8 +125,9 @@ impl Capture {
         Self::register(stack, name, topics, config).await
     }
 
-    /// Registers the connector `name` with `config` and the Apicurio Avro converters, and
-    /// waits for its task to run.
+    /// Registers the connector `name` with `config` and the Apicurio Avro converters (unless
+    /// `config` names other converters; its own converter settings win), and waits for its
+    /// task to run.
     async fn register(stack: &Stack, name: &str, topics: Vec<String>, mut config: Value) -> Self {
         let c = Self {
             name: name.to_owned(),
@@ -146,8 +147,20 @@ impl Capture {
             "value.converter.apicurio.registry.url": registry,
             "value.converter.apicurio.registry.auto-register": "true",
         });
+        // The Apicurio Avro converters, unless the caller chose its own (their settings kept).
         if let (Some(config), Some(converters)) = (config.as_object_mut(), converters.as_object()) {
-            config.extend(converters.clone());
+            for (k, v) in converters {
+                let chosen = |side: &str| {
+                    k.starts_with(side)
+                        && config
+                            .get(side)
+                            .is_some_and(|c| !c.as_str().unwrap_or("").contains("apicurio"))
+                };
+                if !config.contains_key(k) && !chosen("key.converter") && !chosen("value.converter")
+                {
+                    config.insert(k.clone(), v.clone());
+                }
+            }
         }
         let resp = c
             .http
