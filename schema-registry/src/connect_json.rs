@@ -255,7 +255,26 @@ fn to_avro(schema: &Value, names: &mut usize) -> Result<Value, JsonError> {
     if let Some(p) = params {
         attrs.insert("connect.parameters".into(), p);
     }
+    if let Some(d) = schema.get("default").filter(|d| !d.is_null()) {
+        attrs.insert("connect.default".into(), avro_default(schema, d)?);
+    }
     Ok(t)
+}
+
+/// A Connect default as the Avro converter writes `connect.default`, so JSON topics carry the
+/// same defaults to the replica as Avro ones: bytes (base64 in JsonConverter's JSON) as a
+/// string of one character per byte, everything else as JSON has it.
+fn avro_default(schema: &Value, default: &Value) -> Result<Value, JsonError> {
+    if kind(schema)? != "bytes" {
+        return Ok(default.clone());
+    }
+    let text = default
+        .as_str()
+        .ok_or_else(|| schema_err(format!("a bytes default {default} is not base64 text")))?;
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(|e| schema_err(format!("a bytes default is not base64: {e}")))?;
+    Ok(Value::String(raw.into_iter().map(char::from).collect()))
 }
 
 /// `["null", T]` for an optional Connect schema.
@@ -554,6 +573,36 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("\"nan\" is not a number")
+        );
+    }
+
+    #[test]
+    fn defaults_are_carried_as_the_avro_converter_writes_them() {
+        let schema = json!({"type": "struct", "optional": false, "fields": [
+            {"type": "string", "optional": true, "default": "x 'y'", "field": "s"},
+            {"type": "int32", "optional": true, "default": 7, "field": "n"},
+            {"type": "bytes", "optional": true, "name": "org.apache.kafka.connect.data.Decimal",
+             "parameters": {"scale": "2"}, "default": "MDk=", "field": "price"},
+            {"type": "boolean", "optional": true, "field": "none"}]});
+        let r = Record::with_schema(&schema, br#"{"s": "a"}"#).unwrap();
+        let avro = r.avro_schema().unwrap();
+        let attr = |i: usize| avro["fields"][i]["type"][1]["connect.default"].clone();
+        assert_eq!(attr(0), json!("x 'y'"));
+        assert_eq!(attr(1), json!(7));
+        assert_eq!(
+            attr(2),
+            json!("\u{30}\u{39}"),
+            "the bytes 0x30 0x39, one char each"
+        );
+        assert_eq!(attr(3), Value::Null);
+        let decoded = WriterSchema::parse_text(&avro.to_string()).unwrap();
+        let mut dec = AvroBatchDecoder::new(&decoded, 4).unwrap();
+        dec.push(&r.datum().unwrap()).unwrap();
+        let batch = dec.flush().unwrap().unwrap();
+        let field = batch.schema().field_with_name("n").unwrap().clone();
+        assert_eq!(
+            field.metadata().get("connect.default").map(String::as_str),
+            Some("7")
         );
     }
 
