@@ -20,7 +20,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, StructArray, UInt32Array};
 use arrow_schema::{DataType, Field, Schema, TimeUnit};
 
-use crate::avro::{AvroBatchDecoder, DecodeError, Node, SchemaError, WriterSchema};
+use crate::avro::{AvroBatchDecoder, DecodeError, Node, SchemaError, Semantics, WriterSchema};
 use crate::connect_json::{self, JsonError};
 use crate::framing::{FramingError, IdKind, SchemaRef, Side, unframe};
 use crate::non_data::{NON_DATA_METADATA, NonData, Route, Routes, is_signal};
@@ -285,6 +285,8 @@ struct Prepared {
     /// The first (topic, side) this schema was found to belong to: a string compare per
     /// record instead of hashing into [`ChangeDecoder::belongs`].
     belongs: std::sync::OnceLock<(Arc<str>, Side)>,
+    /// As a value schema: what its connector's types mean.
+    semantics: Semantics,
 }
 
 impl Prepared {
@@ -295,12 +297,14 @@ impl Prepared {
             _ => None,
         };
         let name = record_name(&schema.root).map(str::to_owned);
+        let semantics = Semantics::of_schema(&schema);
         Arc::new(Self {
             schema,
             shape,
             key_kind,
             name,
             belongs: std::sync::OnceLock::new(),
+            semantics,
         })
     }
 
@@ -353,6 +357,8 @@ pub struct ChangeDecoder<R> {
     two_pass: u64,
     /// (topic, side, schema) found to belong together: checked once per process.
     belongs: HashSet<(Arc<str>, Side, SchemaRef)>,
+    /// The semantics of the last value schema seen with each key schema.
+    key_semantics: HashMap<SchemaRef, Semantics>,
 }
 
 /// Writer-schema lookups: answered from the decoder's cache, or sent to the resolver.
@@ -378,6 +384,7 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
             cache: CacheStats::default(),
             two_pass: 0,
             belongs: HashSet::default(),
+            key_semantics: HashMap::default(),
         }
     }
 
@@ -626,8 +633,21 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
                 Some(p) => p.shape.unwrap_or_else(ValueShape::NonData),
                 None => ValueShape::KeyOnly,
             };
+            // A key schema names no connector: its decoder takes the value schema's (the
+            // last one seen with this key schema, for a tombstone opening a batch).
+            let semantics = match (&value_prepared, &key_schema) {
+                (Some(p), key) => {
+                    let semantics = p.semantics;
+                    if let Some(k) = key {
+                        self.key_semantics.insert(k.clone(), semantics);
+                    }
+                    semantics
+                }
+                (None, Some(k)) => self.key_semantics.get(k).copied().unwrap_or_default(),
+                (None, None) => Semantics::default(),
+            };
             let mut decoder = |s: &Option<SchemaRef>, p: &Option<Arc<Prepared>>| match (s, p) {
-                (Some(s), Some(p)) => self.decoder(s, p).map(Some),
+                (Some(s), Some(p)) => self.decoder(s, p, semantics).map(Some),
                 _ => Ok(None),
             };
             let open = Open {
@@ -685,11 +705,17 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
         &mut self,
         schema: &SchemaRef,
         prepared: &Prepared,
+        semantics: Semantics,
     ) -> Result<AvroBatchDecoder, crate::avro::DecodeError> {
-        match self.spare.get_mut(schema).and_then(Vec::pop) {
+        let spare = self.spare.get_mut(schema).and_then(|spare| {
+            let i = spare.iter().position(|d| d.semantics() == semantics)?;
+            Some(spare.swap_remove(i))
+        });
+        match spare {
             Some(d) => Ok(d),
             None => {
-                let decoder = AvroBatchDecoder::new(&prepared.schema, self.batch_rows)?;
+                let decoder =
+                    AvroBatchDecoder::with_semantics(&prepared.schema, self.batch_rows, semantics)?;
                 self.two_pass += u64::from(!decoder.is_direct());
                 Ok(decoder)
             }

@@ -71,8 +71,19 @@ impl std::fmt::Debug for AvroBatchDecoder {
 }
 
 impl AvroBatchDecoder {
+    /// A decoder with the semantics of the connector `schema` names, if any.
     pub fn new(schema: &WriterSchema, batch_size: usize) -> Result<Self, DecodeError> {
-        let mut decoder = Self::via_arrow_avro(schema, batch_size)?;
+        Self::with_semantics(schema, batch_size, Semantics::of_schema(schema))
+    }
+
+    /// A decoder with the given semantics: a key schema names no connector, so a key takes
+    /// its value schema's.
+    pub fn with_semantics(
+        schema: &WriterSchema,
+        batch_size: usize,
+        semantics: Semantics,
+    ) -> Result<Self, DecodeError> {
+        let mut decoder = Self::via_arrow_avro_with(schema, batch_size, semantics)?;
         if let Engine::ArrowAvro(inner) = &decoder.engine {
             let record = match (&decoder.root, &decoder.node) {
                 (Root::UnionBranch { record }, Node::Union(branches)) => &branches[*record],
@@ -92,6 +103,14 @@ impl AvroBatchDecoder {
     /// A decoder that always validates each datum, then decodes it with arrow-avro: the path
     /// for schemas the direct decoder does not cover, and its reference in tests and benches.
     pub fn via_arrow_avro(schema: &WriterSchema, batch_size: usize) -> Result<Self, DecodeError> {
+        Self::via_arrow_avro_with(schema, batch_size, Semantics::of_schema(schema))
+    }
+
+    fn via_arrow_avro_with(
+        schema: &WriterSchema,
+        batch_size: usize,
+        semantics: Semantics,
+    ) -> Result<Self, DecodeError> {
         let (root, json) = match &schema.root {
             Node::Record { .. } => (Root::Record, schema.json.clone()),
             Node::Union(branches) => {
@@ -154,17 +173,25 @@ impl AvroBatchDecoder {
             .with_batch_size(batch_size.max(1))
             .build_decoder()
             .map_err(|e| DecodeError::Schema(e.to_string()))?;
+        let node = if semantics.zoned_timestamps_as_text {
+            schema.root.zoned_as_text()
+        } else {
+            schema.root.clone()
+        };
         Ok(Self {
-            node: schema.root.clone(),
+            node,
             root,
             engine: Engine::ArrowAvro(Box::new(inner)),
-            semantics: schema
-                .connector()
-                .map_or_else(Semantics::default, |c| Semantics::of_connector(&c)),
+            semantics,
             rows: 0,
             bytes: 0,
             batch_size: batch_size.max(1),
         })
+    }
+
+    /// The semantics the decoder applies.
+    pub fn semantics(&self) -> Semantics {
+        self.semantics
     }
 
     /// Rows waiting for [`AvroBatchDecoder::flush`].

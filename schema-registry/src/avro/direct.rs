@@ -25,7 +25,7 @@ use arrow_schema::{ArrowError, DataType, Field, FieldRef, Fields, SchemaRef, Tim
 
 use super::schema::Node;
 use super::validate::{Cursor, DatumError, encoded_size_can_be_zero, fits};
-use super::zoned::zoned_timestamp_micros;
+use super::zoned::{check_zoned_timestamp_text, zoned_timestamp_micros};
 
 /// Decodes datums of one record schema into the columns of `schema`.
 pub(super) struct DirectDecoder {
@@ -113,6 +113,8 @@ enum Text {
     Utf8,
     /// Debezium's ZonedTimestamp: kept as text here, checked to parse.
     Zoned,
+    /// A ZonedTimestamp that stays text ([`Node::ZonedText`]): up to nine fractional digits.
+    ZonedText,
 }
 
 enum Values {
@@ -315,11 +317,12 @@ impl Values {
             }
             (Node::Float, D::Float32) => Self::Float(Vec::new()),
             (Node::Double, D::Float64) => Self::Double(Vec::new()),
-            (Node::Bytes | Node::String | Node::ZonedTimestamp, _) => {
+            (Node::Bytes | Node::String | Node::ZonedTimestamp | Node::ZonedText, _) => {
                 let text = match (node, data_type) {
                     (Node::Bytes, D::Binary) => Text::Binary,
                     (Node::String, D::Utf8) => Text::Utf8,
                     (Node::ZonedTimestamp, D::Utf8) => Text::Zoned,
+                    (Node::ZonedText, D::Utf8) => Text::ZonedText,
                     _ => return None,
                 };
                 Self::Bytes {
@@ -426,16 +429,20 @@ impl Values {
                         c.take(len)?
                     }
                     Text::Utf8 => c.text()?,
-                    Text::Zoned => {
-                        let text = c.string()?;
-                        if let Err(reason) = zoned_timestamp_micros(text) {
+                    kind @ (Text::Zoned | Text::ZonedText) => {
+                        let value = c.string()?;
+                        let checked = match kind {
+                            Text::ZonedText => check_zoned_timestamp_text(value),
+                            _ => zoned_timestamp_micros(value).map(drop),
+                        };
+                        if let Err(reason) = checked {
                             return Err(DatumError::BadTimestamp {
                                 at,
-                                value: text.to_owned(),
+                                value: value.to_owned(),
                                 reason,
                             });
                         }
-                        text.as_bytes()
+                        value.as_bytes()
                     }
                 };
                 data.extend_from_slice(bytes);
@@ -589,7 +596,7 @@ impl Values {
                 let data = Buffer::from_vec(take_vec(data));
                 match text {
                     Text::Binary => Arc::new(BinaryArray::try_new(offsets, data, nulls)?),
-                    Text::Utf8 | Text::Zoned => {
+                    Text::Utf8 | Text::Zoned | Text::ZonedText => {
                         Arc::new(StringArray::try_new(offsets, data, nulls)?)
                     }
                 }

@@ -155,6 +155,14 @@ fn datum(node: &Node, rng: &mut Rng, out: &mut Vec<u8>) {
             ];
             encode::bytes(out, forms[rng.below(4) as usize].as_bytes());
         }
+        Node::ZonedText => {
+            let forms = [
+                "2020-01-01T10:00:00.1234567+05:30",
+                "1970-01-01T00:00:00Z",
+                "9999-12-31T23:59:59.9999999-14:00",
+            ];
+            encode::bytes(out, forms[rng.below(3) as usize].as_bytes());
+        }
         Node::Uuid => {
             let u = uuid::Uuid::from_u64_pair(rng.next(), rng.next());
             let s = if rng.chance(2) {

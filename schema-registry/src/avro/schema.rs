@@ -22,6 +22,10 @@ pub enum Node {
     /// Debezium's `io.debezium.time.ZonedTimestamp`: an ISO-8601 string with an offset,
     /// decoded to a UTC timestamp in microseconds.
     ZonedTimestamp,
+    /// A ZonedTimestamp kept as the text Debezium sent (SQL Server, whose `datetimeoffset(7)`
+    /// has a digit past the microsecond): checked to parse, with up to nine fractional digits.
+    /// Never parsed from a schema: [`Node::zoned_as_text`] makes it.
+    ZonedText,
     /// A string with Avro's `uuid` logical type.
     Uuid,
     /// Avro's `decimal` logical type on bytes (`fixed: None`) or on a fixed: its two's-complement
@@ -39,6 +43,24 @@ pub enum Node {
         name: String,
         fields: Vec<Node>,
     },
+}
+
+impl Node {
+    /// This tree with every [`Node::ZonedTimestamp`] a [`Node::ZonedText`].
+    pub(crate) fn zoned_as_text(&self) -> Node {
+        let all = |nodes: &[Node]| nodes.iter().map(Node::zoned_as_text).collect();
+        match self {
+            Node::ZonedTimestamp => Node::ZonedText,
+            Node::Array(item) => Node::Array(Box::new(item.zoned_as_text())),
+            Node::Map(values) => Node::Map(Box::new(values.zoned_as_text())),
+            Node::Union(branches) => Node::Union(all(branches)),
+            Node::Record { name, fields } => Node::Record {
+                name: name.clone(),
+                fields: all(fields),
+            },
+            other => other.clone(),
+        }
+    }
 }
 
 /// A parsed, self-contained writer schema.

@@ -29,14 +29,27 @@ pub struct Semantics {
     /// `Timestamp`, `MicroTimestamp` and `NanoTimestamp`: they become the infinities DuckDB and
     /// the replica read as such.
     pub postgres_infinities: bool,
+    /// SQL Server's `datetimeoffset` has seven fractional digits by default (100 ns), which
+    /// no microsecond timestamp holds: its ZonedTimestamps stay the text Debezium sent
+    /// (checked to parse, up to nine digits), so the raw layer keeps every digit.
+    pub zoned_timestamps_as_text: bool,
 }
 
 impl Semantics {
+    /// For the connector `schema`'s `source` record names; the default when it names none
+    /// (a key, a flattened value).
+    pub fn of_schema(schema: &super::WriterSchema) -> Self {
+        schema
+            .connector()
+            .map_or_else(Self::default, |c| Self::of_connector(&c))
+    }
+
     /// For the connector named in `io.debezium.connector.<name>.Source`.
     pub fn of_connector(name: &str) -> Self {
         Self {
             times_are_spans: matches!(name, "mysql" | "mariadb"),
             postgres_infinities: name == "postgresql",
+            zoned_timestamps_as_text: name == "sqlserver",
         }
     }
 }
@@ -55,6 +68,9 @@ fn target(connect_name: &str, physical: &DataType, semantics: Semantics) -> Opti
             ("io.debezium.time.NanoTime", Int64) => return Some(Duration(TimeUnit::Nanosecond)),
             _ => {}
         }
+    }
+    if semantics.zoned_timestamps_as_text && connect_name == ZONED_TIMESTAMP {
+        return None;
     }
     Some(match (connect_name, physical) {
         ("int8", Int32) => Int8,

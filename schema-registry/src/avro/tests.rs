@@ -438,3 +438,66 @@ fn mysql_time_is_a_span_and_other_sources_keep_their_values() {
         .as_primitive::<TimestampMicrosecondType>();
     assert_eq!(us.value(0), 9_223_372_036_825_200_000);
 }
+
+#[test]
+fn sql_server_zoned_timestamps_stay_their_text_with_every_digit() {
+    let rows: Vec<Vec<u8>> = [
+        "2020-01-01T10:00:00.1234567+05:30",
+        "0001-01-01T00:00:00.0000001-14:00",
+        "9999-12-31T23:59:59.9999999+14:00",
+        "2018-07-13T12:23:45.456+11:00",
+        "2020-01-01T10:00:00Z",
+    ]
+    .iter()
+    .map(|z| temporal_row(0, 0, 0, 0, 0, z, true))
+    .collect();
+    let batch = decode_temporal(Some("sqlserver"), &rows);
+    let field = batch.schema().field_with_name("z").unwrap().clone();
+    assert_eq!(field.data_type(), &DataType::Utf8);
+    assert_eq!(
+        field.metadata().get("connect.name").map(String::as_str),
+        Some("io.debezium.time.ZonedTimestamp")
+    );
+    let z = batch.column_by_name("z").unwrap().as_string::<i32>();
+    assert_eq!(
+        z.iter().flatten().collect::<Vec<_>>(),
+        [
+            "2020-01-01T10:00:00.1234567+05:30",
+            "0001-01-01T00:00:00.0000001-14:00",
+            "9999-12-31T23:59:59.9999999+14:00",
+            "2018-07-13T12:23:45.456+11:00",
+            "2020-01-01T10:00:00Z",
+        ]
+    );
+    // Still checked: a value that does not parse is refused on both paths.
+    let schema = temporal_schema(Some("sqlserver"));
+    for mut dec in [
+        AvroBatchDecoder::new(&schema, 8).unwrap(),
+        AvroBatchDecoder::via_arrow_avro(&schema, 8).unwrap(),
+    ] {
+        for bad in [
+            "2020-02-30T10:00:00.1234567+05:30",
+            "2020-01-01T10:00:00.1234567890Z",
+        ] {
+            assert!(matches!(
+                dec.push(&temporal_row(0, 0, 0, 0, 0, bad, true)),
+                Err(DecodeError::Datum(DatumError::BadTimestamp { .. }))
+            ));
+        }
+    }
+    // Another connector's ZonedTimestamp is still a microsecond timestamp, and refuses 7 digits.
+    let schema = temporal_schema(Some("postgresql"));
+    let mut dec = AvroBatchDecoder::new(&schema, 8).unwrap();
+    assert!(
+        dec.push(&temporal_row(
+            0,
+            0,
+            0,
+            0,
+            0,
+            "2020-01-01T10:00:00.1234567Z",
+            true
+        ))
+        .is_err()
+    );
+}

@@ -7,7 +7,7 @@
 //! trailing bytes after the datum.
 
 use super::schema::Node;
-use super::zoned::zoned_timestamp_micros;
+use super::zoned::{check_zoned_timestamp_text, zoned_timestamp_micros};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DatumError {
@@ -163,16 +163,18 @@ impl<'a> Cursor<'a> {
                 self.take(len).map(drop)
             }
             Node::String => self.text().map(drop),
-            Node::ZonedTimestamp => {
+            Node::ZonedTimestamp | Node::ZonedText => {
                 let at = self.pos;
                 let text = self.string()?;
-                zoned_timestamp_micros(text)
-                    .map(drop)
-                    .map_err(|reason| DatumError::BadTimestamp {
-                        at,
-                        value: text.to_owned(),
-                        reason,
-                    })
+                let checked = match node {
+                    Node::ZonedText => check_zoned_timestamp_text(text),
+                    _ => zoned_timestamp_micros(text).map(drop),
+                };
+                checked.map_err(|reason| DatumError::BadTimestamp {
+                    at,
+                    value: text.to_owned(),
+                    reason,
+                })
             }
             Node::Fixed(size) => self.take(*size).map(drop),
             Node::Decimal { width, fixed } => {

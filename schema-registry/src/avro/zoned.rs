@@ -25,8 +25,20 @@ pub(crate) fn zoned_timestamp_micros(text: &str) -> Result<i64, &'static str> {
     match text {
         "infinity" => Ok(INFINITY_MICROS),
         "-infinity" => Ok(NEG_INFINITY_MICROS),
-        _ => general_micros(text.as_bytes()),
+        _ => match general_micros(text.as_bytes())? {
+            (us, 0) => Ok(us),
+            _ => Err("finer than a microsecond, which this column type cannot hold"),
+        },
     }
+}
+
+/// Checks a ZonedTimestamp that is kept as its text (SQL Server's `datetimeoffset(7)`): the
+/// same forms and range as [`zoned_timestamp_micros`], with up to nine fractional digits.
+pub(crate) fn check_zoned_timestamp_text(text: &str) -> Result<(), &'static str> {
+    if utc_micros(text.as_bytes()).is_some() || matches!(text, "infinity" | "-infinity") {
+        return Ok(());
+    }
+    general_micros(text.as_bytes()).map(drop)
 }
 
 /// Days from 1970-01-01 of a proleptic Gregorian date (H. Hinnant's `days_from_civil`).
@@ -130,8 +142,9 @@ impl Text<'_> {
     }
 }
 
-/// `[+-]YYYY[Y…]-MM-DDTHH:MM[:SS[.f{1,9}]](Z|±HH:MM[:SS])`.
-fn general_micros(b: &[u8]) -> Result<i64, &'static str> {
+/// `[+-]YYYY[Y…]-MM-DDTHH:MM[:SS[.f{1,9}]](Z|±HH:MM[:SS])`: the microsecond it falls in
+/// (rounded down) and the nanoseconds past it.
+fn general_micros(b: &[u8]) -> Result<(i64, i64), &'static str> {
     let mut t = Text { b, at: 0 };
     let negative = t.eat(b'-');
     let signed = negative || t.eat(b'+');
@@ -180,9 +193,6 @@ fn general_micros(b: &[u8]) -> Result<i64, &'static str> {
     if t.at != b.len() || !valid_date(year, month, day) || hour > 23 || minute > 59 || second > 59 {
         return Err(NOT_ISO);
     }
-    if nanos % 1000 != 0 {
-        return Err("finer than a microsecond, which this column type cannot hold");
-    }
     // Years within ±1e9 keep every step inside an i128 by a wide margin.
     let days = i128::from(days_from_civil(year, month, day));
     let seconds = ((days * 24 + i128::from(hour)) * 60 + i128::from(minute)) * 60
@@ -191,7 +201,7 @@ fn general_micros(b: &[u8]) -> Result<i64, &'static str> {
     let us = seconds * 1_000_000 + i128::from(nanos / 1000);
     match i64::try_from(us) {
         // The two ends are the infinities.
-        Ok(us) if us > NEG_INFINITY_MICROS && us < INFINITY_MICROS => Ok(us),
+        Ok(us) if us > NEG_INFINITY_MICROS && us < INFINITY_MICROS => Ok((us, nanos % 1000)),
         _ => Err(
             "beyond what microseconds since 1970 in 64 bits hold (years 290308 BC to 294247 AD)",
         ),
@@ -332,6 +342,37 @@ mod tests {
     }
 
     #[test]
+    fn text_kept_as_sent_takes_up_to_nine_digits() {
+        // What Debezium's SQL Server connector writes for `datetimeoffset(7)`: the source's
+        // offset, trailing zeros trimmed.
+        for ok in [
+            "2020-01-01T10:00:00.1234567+05:30",
+            "2020-01-01T10:00:00.123456789-08:00",
+            "0001-01-01T00:00:00.0000001+14:00",
+            "9999-12-31T23:59:59.9999999-14:00",
+            "2020-01-01T10:00:00Z",
+            "2020-01-01T10:00:00.5Z",
+            "infinity",
+        ] {
+            assert_eq!(check_zoned_timestamp_text(ok), Ok(()), "{ok}");
+            // The microsecond form refuses exactly the finer ones.
+            let finer = ok
+                .split_once('.')
+                .is_some_and(|(_, f)| f.bytes().take_while(u8::is_ascii_digit).count() > 6);
+            assert_eq!(zoned_timestamp_micros(ok).is_err(), finer, "{ok}");
+        }
+        for bad in [
+            "2020-01-01T10:00:00.1234567890+05:30",
+            "2020-01-01T10:00:00.1234567",
+            "2020-02-30T10:00:00.1234567Z",
+            "+294276-12-31T23:59:59.9999999Z",
+            "",
+        ] {
+            assert!(check_zoned_timestamp_text(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn arbitrary_text_never_panics() {
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
         let alphabet = b"0123456789+-:.TZ ";
@@ -344,6 +385,7 @@ mod tests {
                 .map(|k| alphabet[((seed >> (k % 48)) as usize + k) % alphabet.len()] as char)
                 .collect();
             let _ = zoned_timestamp_micros(&text);
+            let _ = check_zoned_timestamp_text(&text);
         }
     }
 }
