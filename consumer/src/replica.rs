@@ -20,7 +20,7 @@ use tokio::task::JoinSet;
 use tracing::warn;
 
 use crate::dead_letter::DeadLetters;
-use crate::telemetry::metrics::SinkTopicLabels;
+use crate::telemetry::metrics::{SinkTopicLabels, TableColumnLabels};
 use crate::telemetry::status::REPLICA;
 use crate::telemetry::{Component, Telemetry};
 use lanes::{Lanes, Part, Stuck};
@@ -297,7 +297,7 @@ async fn apply(
                 if paused {
                     telemetry.status.resumed(Some(REPLICA), Component::Database);
                 }
-                committed(telemetry, batches, began.elapsed());
+                committed(telemetry, replicator, batches, began.elapsed());
                 return Ok(applied);
             }
             Err(e) => return Err(e),
@@ -306,11 +306,24 @@ async fn apply(
 }
 
 /// Metrics of one committed transaction.
-fn committed(telemetry: &Telemetry, batches: &[ChangeBatch], took: Duration) {
+fn committed(
+    telemetry: &Telemetry,
+    replicator: &PgReplicator,
+    batches: &[ChangeBatch],
+    took: Duration,
+) {
     use arrow_array::cast::AsArray;
     use arrow_array::types::Int64Type;
     let m = &telemetry.metrics;
     m.replica_commit_seconds.observe(took.as_secs_f64());
+    for r in replicator.take_rounded() {
+        m.replica_values_rounded
+            .get_or_create(&TableColumnLabels {
+                table: r.table,
+                column: r.column,
+            })
+            .inc_by(r.values);
+    }
     let now = chrono::Utc::now().timestamp_millis();
     let mut rows = 0;
     for b in batches {

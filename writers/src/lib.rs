@@ -6,4 +6,4 @@ pub mod parquet;
 pub mod postgres;
 pub mod replay;
 
-pub use postgres::{Applied, PgReplicator, ReplicaError};
+pub use postgres::{Applied, PgReplicator, ReplicaError, Rounded};

@@ -33,6 +33,12 @@ pub(crate) struct NonDataLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct TableColumnLabels {
+    pub(crate) table: String,
+    pub(crate) column: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct ComponentLabels {
     pub(crate) component: &'static str,
 }
@@ -62,6 +68,9 @@ pub(crate) struct Metrics {
     pub(crate) registry_cache_hits: Counter<u64, AtomicU64>,
     pub(crate) registry_cache_misses: Counter<u64, AtomicU64>,
     pub(crate) raw_rewinds: Family<TopicLabels, Counter>,
+    /// Replica: values PostgreSQL rounded to its microseconds (SQL Server `datetimeoffset(7)`),
+    /// by table and column.
+    pub(crate) replica_values_rounded: Family<TableColumnLabels, Counter>,
 }
 
 impl Metrics {
@@ -164,6 +173,13 @@ impl Metrics {
              by a reset, a tool or another client), read again from the raw layer's point",
             raw_rewinds.clone(),
         );
+        let replica_values_rounded = Family::<TableColumnLabels, Counter>::default();
+        registry.register(
+            "replica_values_rounded",
+            "Values the replica holds rounded: timestamps with digits past the microsecond \
+             (SQL Server datetimeoffset(7)), which the raw layer keeps whole",
+            replica_values_rounded.clone(),
+        );
         Self {
             registry,
             consumed,
@@ -181,6 +197,7 @@ impl Metrics {
             registry_cache_hits,
             registry_cache_misses,
             raw_rewinds,
+            replica_values_rounded,
         }
     }
 

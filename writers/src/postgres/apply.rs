@@ -23,16 +23,17 @@ use sqlx::postgres::PgConnection;
 
 use super::collapse::{Collapsed, Net, RowRef};
 use super::ddl::TableMeta;
-use super::encode::CopyBuf;
+use super::encode::{CopyBuf, Enc, loses_digits};
 use super::error::{At, ReplicaError};
 use super::naming::quote;
 use super::plan::{ColumnDef, TableWork};
+use super::types::Conv;
 
 /// Stage rows are sent to the server in chunks of about this size.
 const CHUNK: usize = 1 << 20;
 
 /// What one table's apply did.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Counts {
     pub upserted: u64,
     pub deleted: u64,
@@ -42,6 +43,55 @@ pub(crate) struct Counts {
     pub fresh_conflict: bool,
     /// Rows of keys moved from another key, with columns copied from the old key's row.
     pub moved: u64,
+    /// Per column (key columns included) holding text PostgreSQL rounds (SQL Server's
+    /// `datetimeoffset(7)` into `timestamptz`): how many values written lose digits.
+    pub rounded: Vec<(String, u64)>,
+}
+
+/// Per column holding text PostgreSQL rounds ([`Conv::ZonedText`]): how many of the values
+/// `rows` write lose digits. Key values are read back from the rows' encoded keys.
+fn rounded<'e>(
+    work: &TableWork<'_>,
+    rows: &[Row<'_>],
+    cell: impl Fn(Option<&Net>, Option<RowRef>, usize) -> Option<(&'e Enc<'e>, usize)>,
+) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    let written = || rows.iter().filter(|r| r.grp > 0);
+    for (k, col) in work.pk.iter().enumerate() {
+        if col.ty.conv == Conv::ZonedText {
+            let n = written()
+                .filter(|r| key_field(r.key, k).is_some_and(loses_digits))
+                .count();
+            out.push((col.name.clone(), n as u64));
+        }
+    }
+    for (c, col) in work.cols.iter().enumerate() {
+        if col.ty.conv == Conv::ZonedText {
+            let n = written()
+                .filter_map(|r| cell(r.net, r.base, c))
+                .filter(|(enc, i)| enc.text(*i).is_some_and(loses_digits))
+                .count();
+            out.push((col.name.clone(), n as u64));
+        }
+    }
+    out.retain(|(_, n)| *n > 0);
+    out
+}
+
+/// Field `k` of an encoded key (binary COPY fields: a length, then the bytes), as text.
+fn key_field(key: &[u8], k: usize) -> Option<&str> {
+    let mut rest = key;
+    for i in 0.. {
+        let len = i32::from_be_bytes(rest.get(..4)?.try_into().ok()?);
+        rest = &rest[4..];
+        let len = usize::try_from(len).unwrap_or(0);
+        let field = rest.get(..len)?;
+        if i == k {
+            return std::str::from_utf8(field).ok();
+        }
+        rest = &rest[len..];
+    }
+    None
 }
 
 fn row_at(batches: &[ChangeBatch], work: &TableWork<'_>, r: RowRef) -> At {
@@ -198,6 +248,10 @@ pub(crate) async fn apply_table(
             grp,
         });
     }
+
+    counts.rounded = rounded(work, &rows, |net, base, c| {
+        cell(net, base, c).map(|(enc, r)| (enc, r.row as usize))
+    });
 
     // Write one row's fields: the key, then every column (`all`) or only those written.
     let write = |buf: &mut CopyBuf, row: &Row<'_>, all: bool| {

@@ -151,6 +151,17 @@ fn literal(text: &str, dt: &DataType, ty: &ColumnType) -> Result<String, String>
             in_range(t.date().year())?;
             format!("{}+00", t.format("%Y-%m-%d %H:%M:%S%.f"))
         }
+        // SQL Server's `datetimeoffset`, kept as its text: PostgreSQL rounds the digits past
+        // the microsecond, as it does for the values.
+        (DataType::Utf8, Conv::ZonedText) => {
+            let t = DateTime::parse_from_rfc3339(text)
+                .map_err(|e| format!("not an ISO-8601 timestamp: {e}"))?;
+            if t.timestamp_nanos_opt() == Some(0) {
+                return Err(EPOCH.into());
+            }
+            in_range(t.naive_utc().date().year())?;
+            text.to_owned()
+        }
         (DataType::Time32(unit) | DataType::Time64(unit), _) => {
             let v = int()?;
             let micros = match unit {

@@ -51,6 +51,17 @@ pub(crate) fn pg_timestamp(us: i64) -> Result<i64, String> {
     }
 }
 
+/// Whether a timestamp's text has a nonzero digit past the microsecond, which PostgreSQL
+/// rounds away (`2020-01-01T10:00:00.1234567+05:30`).
+pub(crate) fn loses_digits(text: &str) -> bool {
+    text.split_once('.').is_some_and(|(_, frac)| {
+        frac.bytes()
+            .take_while(u8::is_ascii_digit)
+            .skip(6)
+            .any(|d| d != b'0')
+    })
+}
+
 /// A binary COPY stream being written.
 pub(crate) struct CopyBuf {
     pub buf: Vec<u8>,
@@ -231,6 +242,14 @@ impl<'a> Enc<'a> {
 
     pub(crate) fn is_null(&self, i: usize) -> bool {
         self.array().is_null(i)
+    }
+
+    /// Row `i` of a text column; `None` when null or not text.
+    pub(crate) fn text(&self, i: usize) -> Option<&str> {
+        match self {
+            Enc::Utf8(a) if a.is_valid(i) => Some(a.value(i)),
+            _ => None,
+        }
     }
 
     /// Whether row `i` is Debezium's stand-in for an unchanged TOASTed value: the placeholder

@@ -37,6 +37,16 @@ pub struct Applied {
     pub next_offset: i64,
 }
 
+/// Values whose digits PostgreSQL rounded away in one column, in applies that committed:
+/// SQL Server's `datetimeoffset(7)` text into `timestamptz` (docs/replica.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rounded {
+    /// The table, `schema.table`.
+    pub table: String,
+    pub column: String,
+    pub values: u64,
+}
+
 /// Applies change batches to a PostgreSQL replica.
 ///
 /// Contract:
@@ -65,6 +75,8 @@ pub struct PgReplicator {
     /// Tables where a plain insert of fresh rows met stored keys: how many more applies
     /// upsert them directly (a re-snapshot would otherwise fail and redo every batch).
     no_plain_insert: Mutex<HashMap<TableName, u32>>,
+    /// Rounded values of committed applies not yet taken by [`Self::take_rounded`].
+    rounded: Mutex<BTreeMap<(String, String), u64>>,
 }
 
 /// Applies that skip the plain insert on a table after it met a stored key.
@@ -118,6 +130,7 @@ impl PgReplicator {
             offsets,
             tables: Mutex::new(HashMap::new()),
             no_plain_insert: Mutex::new(HashMap::new()),
+            rounded: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -181,6 +194,7 @@ impl PgReplicator {
         let works = plan::plan(&self.rules, batches, &stored)?;
 
         let mut changed: Vec<(TableName, Arc<TableMeta>)> = Vec::new();
+        let mut rounded: Vec<(String, String, u64)> = Vec::new();
         for (seq, mut work) in works.into_iter().enumerate() {
             let cached = self.cached(&work.name);
             let existing = match cached {
@@ -212,6 +226,9 @@ impl PgReplicator {
             if counts.fresh_conflict {
                 self.pause_plain_insert(&name);
             }
+            for (column, n) in &counts.rounded {
+                rounded.push((name.to_string(), column.clone(), *n));
+            }
             tracing::debug!(
                 table = %name,
                 topic = at.topic,
@@ -239,6 +256,13 @@ impl PgReplicator {
         if let Ok(mut tables) = self.tables.lock() {
             tables.extend(changed);
         }
+        if !rounded.is_empty()
+            && let Ok(mut totals) = self.rounded.lock()
+        {
+            for (table, column, n) in rounded {
+                *totals.entry((table, column)).or_default() += n;
+            }
+        }
         Ok(next
             .into_iter()
             .map(|(topic, partition, next_offset)| Applied {
@@ -247,6 +271,22 @@ impl PgReplicator {
                 next_offset,
             })
             .collect())
+    }
+
+    /// The values PostgreSQL rounded in applies committed since the last call, per table and
+    /// column: for a metric. A failed apply counts nothing.
+    pub fn take_rounded(&self) -> Vec<Rounded> {
+        let Ok(mut totals) = self.rounded.lock() else {
+            return Vec::new();
+        };
+        std::mem::take(&mut *totals)
+            .into_iter()
+            .map(|((table, column), values)| Rounded {
+                table,
+                column,
+                values,
+            })
+            .collect()
     }
 
     fn cached(&self, name: &TableName) -> Option<Arc<TableMeta>> {

@@ -114,6 +114,9 @@ pub(crate) enum Conv {
     Wkb,
     /// Point {x, y, …} → point.
     Point,
+    /// A `ZonedTimestamp` kept as its text (SQL Server: up to nine fractional digits) →
+    /// `timestamptz`, which PostgreSQL rounds to the microsecond.
+    ZonedText,
 }
 
 /// A column's PostgreSQL target type and how its values travel.
@@ -340,6 +343,9 @@ fn debezium_type(field: &Field, postgres: bool) -> Result<ColumnType, String> {
             Some(("time with time zone", Conv::Plain))
         }
         (Some("io.debezium.time.Interval"), DataType::Utf8) => Some(("interval", Conv::Plain)),
+        (Some("io.debezium.time.ZonedTimestamp"), DataType::Utf8) => {
+            Some(("timestamptz", Conv::ZonedText))
+        }
         (Some("io.debezium.data.Tsvector"), DataType::Utf8) => Some(("tsvector", Conv::Plain)),
         (Some("io.debezium.data.Bits"), DataType::Binary) => {
             let len = connect_param(field, "length").and_then(|l| l.parse().ok());
