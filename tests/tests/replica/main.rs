@@ -1,6 +1,6 @@
 //! The PostgreSQL replica against the real replica database: hand-built change batches
 //! (`hand`), and real Debezium on the source database compared row for row (`e2e`), special
-//! values included (`extremes`).
+//! values included (`extremes`); SQL Server and Db2 records built by hand (`sqlserver_db2`).
 
 mod decimals;
 mod e2e;
@@ -9,5 +9,6 @@ mod failure;
 mod fidelity;
 mod hand;
 mod mariadb;
+mod sqlserver_db2;
 mod support;
 mod types;

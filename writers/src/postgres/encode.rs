@@ -567,6 +567,20 @@ pub(crate) fn bit_string(bytes: &[u8], len: Option<usize>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn digits_past_the_microsecond_are_found() {
+        for (text, loses) in [
+            ("2020-01-01T10:00:00.1234567+05:30", true),
+            ("2020-01-01T10:00:00.1234560+05:30", false),
+            ("2020-01-01T10:00:00.123456+05:30", false),
+            ("2020-01-01T10:00:00.000000001Z", true),
+            ("2020-01-01T10:00:00Z", false),
+            ("-0001-01-01T10:00:00.5-01:00", false),
+        ] {
+            assert_eq!(loses_digits(text), loses, "{text}");
+        }
+    }
     use std::sync::Arc;
 
     /// Binary numeric back to text, as `numeric_out` writes it.
