@@ -114,7 +114,7 @@ enum Text {
     /// Debezium's ZonedTimestamp: kept as text here, checked to parse.
     Zoned,
     /// A ZonedTimestamp that stays text ([`Node::ZonedText`]): up to nine fractional digits.
-    ZonedText,
+    ZonedKept,
 }
 
 enum Values {
@@ -322,7 +322,7 @@ impl Values {
                     (Node::Bytes, D::Binary) => Text::Binary,
                     (Node::String, D::Utf8) => Text::Utf8,
                     (Node::ZonedTimestamp, D::Utf8) => Text::Zoned,
-                    (Node::ZonedText, D::Utf8) => Text::ZonedText,
+                    (Node::ZonedText, D::Utf8) => Text::ZonedKept,
                     _ => return None,
                 };
                 Self::Bytes {
@@ -429,10 +429,10 @@ impl Values {
                         c.take(len)?
                     }
                     Text::Utf8 => c.text()?,
-                    kind @ (Text::Zoned | Text::ZonedText) => {
+                    kind @ (Text::Zoned | Text::ZonedKept) => {
                         let value = c.string()?;
                         let checked = match kind {
-                            Text::ZonedText => check_zoned_timestamp_text(value),
+                            Text::ZonedKept => check_zoned_timestamp_text(value),
                             _ => zoned_timestamp_micros(value).map(drop),
                         };
                         if let Err(reason) = checked {
@@ -596,7 +596,7 @@ impl Values {
                 let data = Buffer::from_vec(take_vec(data));
                 match text {
                     Text::Binary => Arc::new(BinaryArray::try_new(offsets, data, nulls)?),
-                    Text::Utf8 | Text::Zoned | Text::ZonedText => {
+                    Text::Utf8 | Text::Zoned | Text::ZonedKept => {
                         Arc::new(StringArray::try_new(offsets, data, nulls)?)
                     }
                 }

@@ -382,6 +382,31 @@ fn db2_value(r: &Db2) -> Vec<u8> {
     a.framed(DB2_VALUE)
 }
 
+/// A replica row as text: `Id`, `At`, `Dto`, `Dt2`, `T7`, `Guid`, `Money`, `SmallMoney`, `Doc`,
+/// `Hier`.
+type SsRow = (
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
+
+/// `ID`, `DF`, `G`, `VG`, `TS12`, `X`.
+type Db2Row = (
+    String,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
+
 struct Decoder {
     inner: ChangeDecoder<FixedResolver>,
     out: Vec<ChangeBatch>,
@@ -633,18 +658,7 @@ async fn sql_server_and_db2_types_reach_both_sinks() {
         .unwrap_or_else(|e| panic!("{e}"));
     let ss_cols = "\"Id\"::text, (\"At\" AT TIME ZONE 'UTC')::text, (\"Dto\" AT TIME ZONE 'UTC')::text, \
         \"Dt2\"::text, \"T7\"::text, \"Guid\", \"Money\"::text, \"SmallMoney\"::text, \"Doc\"::text, \"Hier\"::text";
-    let got: Vec<(
-        Option<String>,
-        Option<String>,
-        Option<String>,
-        Option<String>,
-        Option<String>,
-        Option<String>,
-        Option<String>,
-        Option<String>,
-        Option<String>,
-        Option<String>,
-    )> = rows(
+    let got: Vec<SsRow> = rows(
         &r,
         &format!("SELECT {ss_cols} FROM \"{schema}\".\"Orders\" ORDER BY \"Id\"::int"),
     )
@@ -825,14 +839,7 @@ async fn sql_server_and_db2_types_reach_both_sinks() {
     );
     assert!(r.take_rounded().is_empty(), "taken once");
 
-    let got: Vec<(
-        String,
-        Option<String>,
-        Option<String>,
-        Option<String>,
-        Option<String>,
-        Option<String>,
-    )> = rows(
+    let got: Vec<Db2Row> = rows(
         &r,
         &format!(
             "SELECT \"ID\"::text, \"DF\"::text, \"G\", \"VG\", \"TS12\"::text, \"X\"::text \
