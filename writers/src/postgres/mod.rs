@@ -7,6 +7,8 @@ mod ddl;
 mod defaults;
 mod encode;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod naming;
 mod offsets;
 mod plan;

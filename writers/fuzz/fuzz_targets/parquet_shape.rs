@@ -1,0 +1,141 @@
+//! Arbitrary records of a Debezium-like topic (key and envelope, with the SQL Server or the
+//! PostgreSQL `source`, tombstones included) through `ChangeDecoder`, then every batch it
+//! makes through the raw layer's shaping (envelope and flattened content, tombstones split
+//! off) and parquet's `ArrowWriter`: a refusal is an error, never a panic.
+#![no_main]
+
+use std::future::Future;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+
+use lakesink_config::Content;
+use lakesink_schema_registry::{
+    ChangeBatch, ChangeDecoder, FixedResolver, Format, IdKind, KafkaRecord, SchemaRef,
+};
+use lakesink_writers::parquet::content::{shape, tombstones_alone};
+use libfuzzer_sys::fuzz_target;
+use parquet::arrow::ArrowWriter;
+
+const KEY: &str = r#"{"type":"record","name":"Key","namespace":"fuzz.dbo.t","fields":[
+ {"name":"id","type":"long"},
+ {"name":"at","type":{"type":"string","connect.name":"io.debezium.time.ZonedTimestamp"}}]}"#;
+
+/// The value schema, with the `source` record of `connector`.
+fn envelope(connector: &str) -> String {
+    format!(
+        r#"{{"type":"record","name":"Envelope","namespace":"fuzz.dbo.t","fields":[
+ {{"name":"before","type":["null",{{"type":"record","name":"Value","fields":[
+   {{"name":"id","type":"long"}},
+   {{"name":"at","type":{{"type":"string","connect.name":"io.debezium.time.ZonedTimestamp"}}}},
+   {{"name":"name","type":["null","string"],"default":null}},
+   {{"name":"price","type":["null",{{"type":"bytes","scale":4,"precision":19,"connect.name":"org.apache.kafka.connect.data.Decimal","logicalType":"decimal"}}],"default":null}},
+   {{"name":"big","type":["null",{{"type":"bytes","scale":2,"precision":64,"connect.name":"org.apache.kafka.connect.data.Decimal","logicalType":"decimal"}}],"default":null}},
+   {{"name":"n","type":["null",{{"type":"record","name":"VariableScaleDecimal","namespace":"io.debezium.data","fields":[{{"name":"scale","type":"int"}},{{"name":"value","type":"bytes"}}],"connect.name":"io.debezium.data.VariableScaleDecimal"}}],"default":null}},
+   {{"name":"d","type":["null",{{"type":"int","connect.name":"io.debezium.time.Date"}}],"default":null}},
+   {{"name":"t","type":["null",{{"type":"long","connect.name":"io.debezium.time.NanoTime"}}],"default":null}},
+   {{"name":"ts","type":["null",{{"type":"long","connect.name":"io.debezium.time.NanoTimestamp"}}],"default":null}},
+   {{"name":"tz","type":["null",{{"type":"string","connect.name":"io.debezium.time.ZonedTimestamp"}}],"default":null}},
+   {{"name":"dur","type":["null",{{"type":"long","connect.name":"io.debezium.time.MicroDuration"}}],"default":null}},
+   {{"name":"tags","type":["null",{{"type":"array","items":["null","string"]}}],"default":null}},
+   {{"name":"attrs","type":["null",{{"type":"map","values":"long"}}],"default":null}},
+   {{"name":"g","type":["null",{{"type":"record","name":"Geometry","namespace":"io.debezium.data.geometry","fields":[{{"name":"wkb","type":"bytes"}},{{"name":"srid","type":["null","int"],"default":null}}],"connect.name":"io.debezium.data.geometry.Geometry"}}],"default":null}},
+   {{"name":"f","type":["null","double"],"default":null}},
+   {{"name":"b","type":["null","bytes"],"default":null}}
+ ]}}],"default":null}},
+ {{"name":"after","type":["null","Value"],"default":null}},
+ {{"name":"source","type":{{"type":"record","name":"Source","namespace":"io.debezium.connector.{connector}","fields":[
+   {{"name":"connector","type":"string"}},{{"name":"ts_ms","type":"long"}},{{"name":"table","type":"string"}}]}}}},
+ {{"name":"op","type":"string"}},
+ {{"name":"ts_ms","type":["null","long"],"default":null}}]}}"#
+    )
+}
+
+fn id(n: i64) -> SchemaRef {
+    SchemaRef::Id {
+        kind: IdKind::ContentId,
+        id: n,
+    }
+}
+
+fn framed(id: i64, datum: &[u8]) -> Vec<u8> {
+    let mut out = vec![0];
+    out.extend((id as i32).to_be_bytes());
+    out.extend_from_slice(datum);
+    out
+}
+
+/// Polls a future the fixed resolver never makes wait.
+fn now<F: Future>(f: F) -> F::Output {
+    let mut f = pin!(f);
+    let mut cx = Context::from_waker(Waker::noop());
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+    }
+}
+
+fn parquet(rows: &arrow_array::RecordBatch) {
+    let mut w = ArrowWriter::try_new(Vec::new(), rows.schema(), None).expect("writer");
+    w.write(rows).expect("a shaped batch is writable");
+    w.close().expect("closes");
+}
+
+fn write(batch: &ChangeBatch) {
+    for content in [Content::Envelope, Content::Flattened] {
+        if let Ok(rows) = shape(batch, content) {
+            parquet(&rows);
+        }
+        if let Ok(Some(rows)) = tombstones_alone(batch, content) {
+            parquet(&rows);
+        }
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&first, mut rest)) = data.split_first() else {
+        return;
+    };
+    let resolver = FixedResolver::new()
+        .with(id(1), KEY)
+        .with(id(2), envelope("sqlserver"))
+        .with(id(3), envelope("postgresql"));
+    let format = Format::Avro {
+        payload_ids: IdKind::ContentId,
+        check_artifacts: false,
+    };
+    let mut dec = ChangeDecoder::new(resolver, format, 1 + usize::from(first % 8));
+    let value_id = 2 + i64::from(first >> 7);
+    let mut batches = Vec::new();
+    let mut offset = 0;
+    // Records: [key length][key][value length, 0 for a tombstone][value].
+    while let [klen, tail @ ..] = rest {
+        let (key, tail) = tail.split_at(usize::from(*klen).min(tail.len()));
+        let Some((&vlen, tail)) = tail.split_first() else {
+            break;
+        };
+        let (value, tail) = tail.split_at(usize::from(vlen).min(tail.len()));
+        rest = tail;
+        let key = framed(1, key);
+        let value = (vlen > 0).then(|| framed(value_id, value));
+        let pushed = now(dec.push(KafkaRecord {
+            topic: "fuzz.dbo.t",
+            partition: 0,
+            offset,
+            timestamp: Some(offset),
+            key: Some(&key),
+            value: value.as_deref(),
+            headers: &|_: &str| None,
+        }));
+        offset += 1;
+        if let Ok(p) = pushed {
+            batches.extend(p.completed);
+        }
+    }
+    if let Ok(rest) = dec.finish_all() {
+        batches.extend(rest);
+    }
+    for b in &batches {
+        write(b);
+    }
+});
