@@ -483,13 +483,13 @@ mod tests {
     #[test]
     fn zoned_timestamps_kept_as_text_are_timestamptz_sent_as_text() {
         let z = "io.debezium.time.ZonedTimestamp";
-        let t = column_type(&named("z", DataType::Utf8, z)).unwrap();
+        let t = column_type(&named("z", DataType::Utf8, z), false).unwrap();
         assert_eq!(
             (t.ddl.as_str(), t.wire, t.conv),
             ("timestamptz", Wire::Text, Conv::ZonedText)
         );
         let utc = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
-        let t = column_type(&named("z", utc, z)).unwrap();
+        let t = column_type(&named("z", utc, z), false).unwrap();
         assert_eq!((t.ddl.as_str(), t.wire), ("timestamptz", Wire::Timestamptz));
     }
 
