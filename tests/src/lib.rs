@@ -5,6 +5,7 @@
 
 pub mod debezium;
 pub mod golden;
+pub mod raw;
 pub mod secure;
 pub mod workload;
 

@@ -11,8 +11,8 @@ use std::time::Instant;
 use lakesink_schema_registry::{ChangeBatch, Format, IdKind};
 use lakesink_tests::debezium::{Connector, decode_all};
 use lakesink_tests::golden::{COLUMNS, VALUES};
+use lakesink_tests::raw::{self, Scratch};
 use lakesink_tests::{Stack, unique, unreachable};
-use lakesink_writers::parquet::ParquetWriter;
 use serde_json::Value;
 use sqlx::AssertSqlSafe;
 use sqlx::postgres::PgPool;
@@ -122,7 +122,7 @@ const EXPECTED: &[(&str, &str, &str, &str)] = &[
 async fn pyarrow_and_duckdb_read_the_raw_layer_back_with_types_and_values() {
     let started = Instant::now();
     let stack = Stack::from_env();
-    let python = check_python(&stack);
+    check_python(&stack);
     let name = unique("rawread");
     let pg = PgPool::connect(&stack.source_pg_url)
         .await
@@ -165,7 +165,7 @@ async fn pyarrow_and_duckdb_read_the_raw_layer_back_with_types_and_values() {
     // Envelope: the whole change event, the row image under `after`.
     let dir = write_raw(&batches, &connector.topic, "").await;
     let (file, tombstone) = segment_files(&dir.0);
-    let read = pyarrow(&python, &file);
+    let read = pyarrow(&stack, &file);
     let fields = &read["fields"];
     for (field, ty) in [
         ("__topic", "string"),
@@ -178,7 +178,7 @@ async fn pyarrow_and_duckdb_read_the_raw_layer_back_with_types_and_values() {
         assert_eq!(fields[field]["type"], ty, "{field}");
     }
     check_columns(fields, "after.", &metadata);
-    let rows = with_tombstone(&read, &pyarrow(&python, &tombstone));
+    let rows = with_tombstone(&read, &pyarrow(&stack, &tombstone));
     let column = |c: &str| -> Vec<Value> { rows.iter().map(|r| r[c].clone()).collect() };
     assert_eq!(column("__op"), ["r", "r", "u", "d", "d"]);
     assert_eq!(
@@ -196,7 +196,7 @@ async fn pyarrow_and_duckdb_read_the_raw_layer_back_with_types_and_values() {
     // Flattened: the row image as columns (the before image for deletes).
     let dir = write_raw(&batches, &connector.topic, "content = \"flattened\"").await;
     let (file, tombstone) = segment_files(&dir.0);
-    let read = pyarrow(&python, &file);
+    let read = pyarrow(&stack, &file);
     let fields = &read["fields"];
     for (field, ty) in [
         ("__topic", "string"),
@@ -210,7 +210,7 @@ async fn pyarrow_and_duckdb_read_the_raw_layer_back_with_types_and_values() {
         assert_eq!(fields[field]["type"], ty, "{field}");
     }
     check_columns(fields, "", &metadata);
-    let rows = with_tombstone(&read, &pyarrow(&python, &tombstone));
+    let rows = with_tombstone(&read, &pyarrow(&stack, &tombstone));
     let column = |c: &str| -> Vec<Value> { rows.iter().map(|r| r[c].clone()).collect() };
     assert_eq!(column("__op"), ["r", "r", "u", "d", "d"]);
     assert_eq!(
@@ -225,7 +225,7 @@ async fn pyarrow_and_duckdb_read_the_raw_layer_back_with_types_and_values() {
 
     // DuckDB reads the same file.
     let duck = &duckdb(
-        &python,
+        &stack,
         "SELECT (SELECT count(*) FROM read_parquet('{file}')) AS n,
             n102::VARCHAR AS n102, n386::VARCHAR AS n386, money_::VARCHAR AS money_,
             d::VARCHAR AS d, tm::VARCHAR AS tm, ts::VARCHAR AS ts, epoch_us(tstz) AS tstz_us,
@@ -236,7 +236,7 @@ async fn pyarrow_and_duckdb_read_the_raw_layer_back_with_types_and_values() {
     // Every golden column's DuckDB type. DuckDB also reads the Kafka partition directory
     // (`partition=0`) as a hive partition column.
     let described = duckdb(
-        &python,
+        &stack,
         "SELECT column_name, column_type FROM (DESCRIBE SELECT * FROM read_parquet('{file}'))",
         &file,
     );
@@ -263,7 +263,7 @@ async fn pyarrow_and_duckdb_read_the_raw_layer_back_with_types_and_values() {
         "DuckDB counts every row but the tombstone's"
     );
     let tombstones = &duckdb(
-        &python,
+        &stack,
         "SELECT count(*) AS n, min(__offset) AS o FROM read_parquet('{file}')",
         &tombstone,
     )[0];
@@ -436,62 +436,18 @@ fn decimal_text(scale: u32, hex: &str) -> String {
     text
 }
 
-/// Writes `batches` with a `ParquetWriter` configured by TOML to a fresh `file://` directory,
-/// closes everything and waits for every receipt.
+/// Writes `batches` to a fresh `file://` raw layer with `extra` settings; every record must be
+/// written and durable.
 async fn write_raw(batches: &[ChangeBatch], topic: &str, extra: &str) -> Scratch {
-    let dir = Scratch(std::env::temp_dir().join(unique("raw_readback")));
-    std::fs::create_dir_all(&dir.0).expect("temp dir");
-    let toml = format!(
-        "[kafka]\nbrokers = \"127.0.0.1:9092\"\ntopics = [\"{topic}\"]\n\
-         [raw]\nurl = \"file://{}\"\n{extra}\n",
-        dir.0.display()
-    );
-    let raw = lakesink_config::Config::from_toml(&toml, "raw_readback", Vec::new())
-        .unwrap_or_else(|e| panic!("config: {e}\n{toml}"))
-        .raw
-        .expect("[raw]");
-    let mut writer = ParquetWriter::new(&raw).expect("writer");
-    let now = chrono::Utc::now().timestamp_millis();
-    for b in batches {
-        writer.write(b, now).await.expect("write");
-    }
-    writer.close_all(now).await.expect("close");
-    let mut rows = 0;
-    let mut next = 0;
-    while let Some(r) = writer.next_receipt().await {
-        let r = r.expect("upload");
-        rows += r.rows;
-        next = next.max(r.next_offset);
-    }
-    assert_eq!((rows, next), (5, 5), "every record written and durable");
-    dir
-}
-
-/// A directory removed when the test ends, passed or failed.
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        std::fs::remove_dir_all(&self.0).ok();
-    }
+    let w = raw::write_raw(batches, topic, extra).await;
+    assert_eq!((w.rows, w.next), (5, 5), "every record written and durable");
+    w.dir
 }
 
 /// The segment's two files: its rows, and its tombstone (a tombstone always has a file of
 /// its own, so that a restart writes the same files however records were batched).
 fn segment_files(dir: &Path) -> (PathBuf, PathBuf) {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).expect("read dir") {
-            let p = e.expect("entry").path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "parquet") {
-                found.push(p);
-            }
-        }
-    }
-    found.sort();
+    let mut found = raw::parquet_files(dir);
     assert_eq!(
         found.len(),
         2,
@@ -507,7 +463,7 @@ fn with_tombstone(rows: &Value, tombstone: &Value) -> Vec<Value> {
     [all(rows), all(tombstone)].concat()
 }
 
-fn check_python(stack: &Stack) -> String {
+fn check_python(stack: &Stack) {
     let ok = Command::new(&stack.python)
         .args(["-c", "import pyarrow, duckdb"])
         .status()
@@ -517,36 +473,17 @@ fn check_python(stack: &Stack) -> String {
         "{} cannot import pyarrow and duckdb: run `dev/stack install` (or set LAKESINK_PYTHON)",
         stack.python
     );
-    stack.python.clone()
 }
 
-fn script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python/read_parquet.py")
-}
-
-fn python_json(python: &str, args: &[&std::ffi::OsStr]) -> Value {
-    let out = Command::new(python)
-        .arg(script())
-        .args(args)
-        .output()
-        .expect("run python");
-    assert!(
-        out.status.success(),
-        "read_parquet.py failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("json from read_parquet.py")
-}
-
-fn pyarrow(python: &str, file: &Path) -> Value {
-    let mut files = python_json(python, &[file.as_os_str()]);
+fn pyarrow(stack: &Stack, file: &Path) -> Value {
+    let mut files = raw::read_parquet(stack, &[file]);
     files[0].take()
 }
 
 /// The rows DuckDB returns for `sql` over `file`.
-fn duckdb(python: &str, sql: &str, file: &Path) -> Vec<Value> {
-    let rows = python_json(
-        python,
+fn duckdb(stack: &Stack, sql: &str, file: &Path) -> Vec<Value> {
+    let rows = raw::read_parquet(
+        stack,
         &["--duckdb".as_ref(), sql.as_ref(), file.as_os_str()],
     );
     rows.as_array().expect("rows").clone()

@@ -5,13 +5,11 @@
 //! replica rebuilt by replaying the raw layer into an empty schema.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::Command;
 
 use lakesink_schema_registry::{ChangeBatch, Format, IdKind};
 use lakesink_tests::debezium::decode_all;
+use lakesink_tests::raw::Scratch;
 use lakesink_tests::{Stack, unique, unreachable};
-use lakesink_writers::parquet::ParquetWriter;
 use rdkafka::message::Headers;
 use serde_json::Value;
 use sqlx::AssertSqlSafe;
@@ -416,73 +414,27 @@ async fn source_rows(
         .collect()
 }
 
-/// Writes `batches` as Parquet of `content` into a fresh `file://` directory.
+/// `batches` written to the raw layer with `content` (`envelope`, `flattened`), in a scratch
+/// directory, and its config.
 pub(crate) async fn write_raw(
     batches: &[ChangeBatch],
     topic: &str,
     content: &str,
 ) -> (Scratch, lakesink_config::RawConfig) {
-    let dir = Scratch(std::env::temp_dir().join(unique("extremes")));
-    std::fs::create_dir_all(&dir.0).expect("temp dir");
-    let toml = format!(
-        "[kafka]\nbrokers = \"127.0.0.1:9092\"\ntopics = [\"{topic}\"]\n\
-         [raw]\nurl = \"file://{}\"\ncontent = \"{content}\"\n",
-        dir.0.display()
-    );
-    let raw = lakesink_config::Config::from_toml(&toml, "extremes", Vec::new())
-        .unwrap_or_else(|e| panic!("config: {e}\n{toml}"))
-        .raw
-        .expect("[raw]");
-    let mut writer = ParquetWriter::new(&raw).expect("writer");
-    let now = chrono::Utc::now().timestamp_millis();
-    for b in batches {
-        writer.write(b, now).await.expect("write");
-    }
-    writer.close_all(now).await.expect("close");
-    while let Some(r) = writer.next_receipt().await {
-        r.expect("upload");
-    }
-    (dir, raw)
+    let w =
+        lakesink_tests::raw::write_raw(batches, topic, &format!("content = \"{content}\"")).await;
+    (w.dir, w.config)
 }
 
-/// A directory removed when the test ends, passed or failed.
-pub(crate) struct Scratch(pub(crate) PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        std::fs::remove_dir_all(&self.0).ok();
-    }
-}
-
+/// The Parquet files under `dir`, as arguments for [`read`].
 pub(crate) fn parquet_files(dir: &std::path::Path) -> Vec<String> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).expect("read dir") {
-            let p = e.expect("entry").path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "parquet") {
-                found.push(p.display().to_string());
-            }
-        }
-    }
-    assert!(!found.is_empty(), "no Parquet file in {}", dir.display());
-    found
+    lakesink_tests::raw::parquet_files(dir)
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect()
 }
 
 /// `tests/python/read_parquet.py` with `args`, its JSON output.
 pub(crate) fn read(stack: &Stack, args: &[String]) -> Value {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python/read_parquet.py");
-    let out = Command::new(&stack.python)
-        .arg(script)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{}: {e} (run `dev/stack install`)", stack.python));
-    assert!(
-        out.status.success(),
-        "read_parquet.py {args:?} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("json from read_parquet.py")
+    lakesink_tests::raw::read_parquet(stack, args)
 }
