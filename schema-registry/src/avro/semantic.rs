@@ -164,8 +164,13 @@ fn postgres_infinities(column: ArrayRef) -> ArrayRef {
     use arrow_array::cast::AsArray;
     use arrow_array::types::*;
     fn map<T: ArrowPrimitiveType>(a: &ArrayRef, f: impl Fn(T::Native) -> T::Native) -> ArrayRef {
+        let values = a.as_primitive::<T>();
+        // Most batches hold no infinity: a scan, not a new buffer.
+        if values.values().iter().all(|&v| f(v) == v) {
+            return a.clone();
+        }
         Arc::new(
-            a.as_primitive::<T>()
+            values
                 .unary::<_, T>(f)
                 .with_data_type(a.data_type().clone()),
         )
