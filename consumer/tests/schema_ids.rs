@@ -85,6 +85,30 @@ fn schema_change(tag: &str) -> Value {
         "doc": tag, "fields": [{"name": "databaseName", "type": "string"}]})
 }
 
+/// Waits until the replica holds the topic's 20 rows, stops the run and checks it committed
+/// them all.
+async fn replicates_all(run: &Run, mut child: std::process::Child, rep: &PgPool, table: &str) {
+    let replicated = eventually(Duration::from_secs(90), || async {
+        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FROM public.\"{table}\""
+        )))
+        .fetch_one(rep)
+        .await
+        .ok()?;
+        (n == 20).then_some(())
+    })
+    .await;
+    if replicated.is_none() {
+        let _ = child.kill();
+        panic!(
+            "the replica never got the 20 rows; log:\n{}",
+            run.log_tail()
+        );
+    }
+    stop_cleanly(&mut child);
+    assert_eq!(run.committed().get(&0), Some(&20));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn ids_read_in_the_wrong_space_stop_the_run_at_the_first_record() {
     let stack = Stack::from_env();
@@ -169,26 +193,8 @@ async fn ids_read_in_the_wrong_space_stop_the_run_at_the_first_record() {
                 stack.replica_pg_url
             ),
         );
-        let mut child = run.start_with(None, &[("LAKESINK__REGISTRY__PAYLOAD_IDS", "global-id")]);
-        let replicated = eventually(Duration::from_secs(90), || async {
-            let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                "SELECT count(*) FROM public.\"{name}\""
-            )))
-            .fetch_one(&rep)
-            .await
-            .ok()?;
-            (n == 20).then_some(())
-        })
-        .await;
-        if replicated.is_none() {
-            let _ = child.kill();
-            panic!(
-                "the replica never got the 20 rows; log:\n{}",
-                run.log_tail()
-            );
-        }
-        stop_cleanly(&mut child);
-        assert_eq!(run.committed().get(&0), Some(&20));
+        let child = run.start_with(None, &[("LAKESINK__REGISTRY__PAYLOAD_IDS", "global-id")]);
+        replicates_all(&run, child, &rep, &name).await;
         connector.stop(&src).await;
         return;
     }
@@ -286,25 +292,7 @@ async fn ids_read_in_the_wrong_space_stop_the_run_at_the_first_record() {
     );
 
     // Right: the default content-id. The same topic replicates, every row.
-    let mut child = run.start(None);
-    let replicated = eventually(Duration::from_secs(90), || async {
-        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "SELECT count(*) FROM public.\"{name}\""
-        )))
-        .fetch_one(&rep)
-        .await
-        .ok()?;
-        (n == 20).then_some(())
-    })
-    .await;
-    if replicated.is_none() {
-        let _ = child.kill();
-        panic!(
-            "the replica never got the 20 rows; log:\n{}",
-            run.log_tail()
-        );
-    }
-    stop_cleanly(&mut child);
-    assert_eq!(run.committed().get(&0), Some(&20));
+    let child = run.start(None);
+    replicates_all(&run, child, &rep, &name).await;
     connector.stop(&src).await;
 }
