@@ -316,13 +316,18 @@ fn committed(
     use arrow_array::types::Int64Type;
     let m = &telemetry.metrics;
     m.replica_commit_seconds.observe(took.as_secs_f64());
-    for r in replicator.take_rounded() {
-        m.replica_values_rounded
-            .get_or_create(&TableColumnLabels {
-                table: r.table,
-                column: r.column,
-            })
-            .inc_by(r.values);
+    for (counts, family) in [
+        (replicator.take_rounded(), &m.replica_values_rounded),
+        (replicator.take_unknown(), &m.replica_values_unknown),
+    ] {
+        for r in counts {
+            family
+                .get_or_create(&TableColumnLabels {
+                    table: r.table,
+                    column: r.column,
+                })
+                .inc_by(r.values);
+        }
     }
     let now = chrono::Utc::now().timestamp_millis();
     let mut rows = 0;

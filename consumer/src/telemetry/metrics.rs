@@ -68,9 +68,11 @@ pub(crate) struct Metrics {
     pub(crate) registry_cache_hits: Counter<u64, AtomicU64>,
     pub(crate) registry_cache_misses: Counter<u64, AtomicU64>,
     pub(crate) raw_rewinds: Family<TopicLabels, Counter>,
-    /// Replica: values PostgreSQL rounded to its microseconds (SQL Server `datetimeoffset(7)`),
-    /// by table and column.
+    /// Replica: values rounded to PostgreSQL's microseconds (SQL Server `datetimeoffset(7)`,
+    /// nanosecond times and timestamps), by table and column.
     pub(crate) replica_values_rounded: Family<TableColumnLabels, Counter>,
+    /// Replica: values written NULL because it could not know them, by table and column.
+    pub(crate) replica_values_unknown: Family<TableColumnLabels, Counter>,
 }
 
 impl Metrics {
@@ -176,9 +178,17 @@ impl Metrics {
         let replica_values_rounded = Family::<TableColumnLabels, Counter>::default();
         registry.register(
             "replica_values_rounded",
-            "Values the replica holds rounded: timestamps with digits past the microsecond \
-             (SQL Server datetimeoffset(7)), which the raw layer keeps whole",
+            "Values the replica holds rounded: timestamps and times with digits past the \
+             microsecond (SQL Server datetimeoffset(7), datetime2(7), time(7); Db2 TIMESTAMP(9)), \
+             which the raw layer keeps whole",
             replica_values_rounded.clone(),
+        );
+        let replica_values_unknown = Family::<TableColumnLabels, Counter>::default();
+        registry.register(
+            "replica_values_unknown",
+            "Values the replica wrote NULL because it could not know them: a key change's \
+             unchanged TOASTed column whose old row the replica did not hold",
+            replica_values_unknown.clone(),
         );
         Self {
             registry,
@@ -198,6 +208,7 @@ impl Metrics {
             registry_cache_misses,
             raw_rewinds,
             replica_values_rounded,
+            replica_values_unknown,
         }
     }
 

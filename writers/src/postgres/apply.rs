@@ -46,10 +46,13 @@ pub(crate) struct Counts {
     /// Per column (key columns included) holding text PostgreSQL rounds (SQL Server's
     /// `datetimeoffset(7)` into `timestamptz`): how many values written lose digits.
     pub rounded: Vec<(String, u64)>,
+    /// Per column: values written NULL because the replica could not know them (a key
+    /// change's unchanged TOASTed column whose old row it did not hold).
+    pub unknown: Vec<(String, u64)>,
 }
 
-/// Per column holding text PostgreSQL rounds ([`Conv::ZonedText`]): how many of the values
-/// `rows` write lose digits. Key values are read back from the rows' encoded keys.
+/// Per column whose values the replica rounds to the microsecond (text PostgreSQL rounds,
+/// [`Conv::ZonedText`], or nanoseconds): how many of the values `rows` write lose digits.
 fn rounded<'e>(
     work: &TableWork<'_>,
     rows: &[Row<'_>],
@@ -66,10 +69,37 @@ fn rounded<'e>(
         }
     }
     for (c, col) in work.cols.iter().enumerate() {
-        if col.ty.conv == Conv::ZonedText {
+        let nanos = work.encs.values().any(|e| {
+            e.vals
+                .get(c)
+                .is_some_and(|e| e.as_ref().is_some_and(Enc::may_round))
+        });
+        if col.ty.conv == Conv::ZonedText || nanos {
             let n = written()
                 .filter_map(|r| cell(r.net, r.base, c))
-                .filter(|(enc, i)| enc.text(*i).is_some_and(loses_digits))
+                .filter(|(enc, i)| enc.rounds(*i) || enc.text(*i).is_some_and(loses_digits))
+                .count();
+            out.push((col.name.clone(), n as u64));
+        }
+    }
+    // A written row's key holds what its base row holds (the key record's fields, or the
+    // after image's: the same values).
+    let key_enc = |r: RowRef, k: usize| {
+        let e = work.encs.get(&r.batch)?;
+        e.key_in_key.as_ref().or(e.key_in_after.as_ref())?.get(k)
+    };
+    for (k, col) in work.pk.iter().enumerate() {
+        let nanos = work.encs.values().any(|e| {
+            [&e.key_in_key, &e.key_in_after].iter().any(|v| {
+                v.as_ref()
+                    .and_then(|v| v.get(k))
+                    .is_some_and(Enc::may_round)
+            })
+        });
+        if nanos {
+            let n = written()
+                .filter_map(|r| r.net.map_or(r.base, Net::base))
+                .filter(|b| key_enc(*b, k).is_some_and(|e| e.rounds(b.row as usize)))
                 .count();
             out.push((col.name.clone(), n as u64));
         }
@@ -249,6 +279,11 @@ pub(crate) async fn apply_table(
         });
     }
 
+    counts.unknown = work
+        .unpaired
+        .iter()
+        .map(|(c, n)| (work.cols[*c].name.clone(), *n))
+        .collect();
     counts.rounded = rounded(work, &rows, |net, base, c| {
         cell(net, base, c).map(|(enc, r)| (enc, r.row as usize))
     });
@@ -449,6 +484,9 @@ pub(crate) async fn apply_table(
                 "a key change's old row is not in the replica: the new row's unchanged \
                  (TOASTed) columns are left NULL"
             );
+            for c in cols {
+                counts.unknown.push((c.to_owned(), members - copied));
+            }
         }
     }
     if any_delete {

@@ -63,6 +63,14 @@ impl Net {
         }
     }
 
+    /// The row a write takes its key from.
+    pub(crate) fn base(&self) -> Option<RowRef> {
+        match self {
+            Net::Upsert { base, .. } => Some(*base),
+            Net::Delete(_) => None,
+        }
+    }
+
     /// Whether column `c` comes from the stored row of the key this one moved from.
     pub(crate) fn copies_old(&self, c: usize) -> bool {
         match self {

@@ -51,6 +51,19 @@ pub(crate) fn pg_timestamp(us: i64) -> Result<i64, String> {
     }
 }
 
+/// Nanoseconds as PostgreSQL's microseconds, rounded half to even as PostgreSQL rounds the
+/// digits of a timestamp's text (SQL Server's `datetime2(7)`, Db2's `TIMESTAMP(9)`), so a
+/// value reads the same whichever way it arrived. The raw layer keeps the nanoseconds.
+pub(crate) fn nanos_to_micros(ns: i64) -> i64 {
+    let (q, r) = (ns.div_euclid(1_000), ns.rem_euclid(1_000));
+    // `q` is at most i64::MAX / 1000, so the step up cannot overflow.
+    if r > 500 || (r == 500 && q % 2 != 0) {
+        q + 1
+    } else {
+        q
+    }
+}
+
 /// Whether a timestamp's text has a nonzero digit past the microsecond, which PostgreSQL
 /// rounds away (`2020-01-01T10:00:00.1234567+05:30`).
 pub(crate) fn loses_digits(text: &str) -> bool {
@@ -252,6 +265,23 @@ impl<'a> Enc<'a> {
         }
     }
 
+    /// Whether row `i` holds digits past the microsecond that the replica rounds away: a
+    /// nanosecond time or timestamp that is not whole microseconds.
+    pub(crate) fn rounds(&self, i: usize) -> bool {
+        match self {
+            Enc::Micros(a, v, TimeUnit::Nanosecond, _) if a.is_valid(i) => {
+                let raw = v.get(i);
+                raw % 1_000 != 0 && raw != INFINITY_MICROS && raw != NEG_INFINITY_MICROS
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether this column may hold values [`Self::rounds`] finds.
+    pub(crate) fn may_round(&self) -> bool {
+        matches!(self, Enc::Micros(_, _, TimeUnit::Nanosecond, _))
+    }
+
     /// Whether row `i` is Debezium's stand-in for an unchanged TOASTed value: the placeholder
     /// text, its bytes, or a one-element array of either, or an int array of its bytes.
     pub(crate) fn is_placeholder(&self, i: usize) -> bool {
@@ -373,12 +403,7 @@ impl<'a> Enc<'a> {
                     TimeUnit::Second => raw.checked_mul(1_000_000),
                     TimeUnit::Millisecond => raw.checked_mul(1_000),
                     TimeUnit::Microsecond => Some(raw),
-                    TimeUnit::Nanosecond if raw % 1_000 == 0 => Some(raw / 1_000),
-                    TimeUnit::Nanosecond => {
-                        return Err(format!(
-                            "{raw} ns is finer than PostgreSQL's microseconds (not rounded)"
-                        ));
-                    }
+                    TimeUnit::Nanosecond => Some(nanos_to_micros(raw)),
                 }
                 .ok_or_else(|| format!("{raw} {unit:?} is out of range"))?;
                 match wire {
@@ -829,6 +854,41 @@ mod tests {
         out.clear();
         e.write(0, &mut out).unwrap();
         assert_eq!(&out[4..], &0i64.to_be_bytes());
-        assert!(e.write(1, &mut out).unwrap_err().contains("finer"));
+        // 1 ns rounds to the epoch, and says so.
+        assert!(e.rounds(1) && !e.rounds(0));
+        out.clear();
+        e.write(1, &mut out).unwrap();
+        assert_eq!(&out[4..], &(-PG_EPOCH_MICROS).to_be_bytes());
+    }
+
+    /// Half to even, as PostgreSQL rounds a timestamp's text, on both sides of zero, and
+    /// the last nanosecond of a day is `24:00:00`, which `time` holds.
+    #[test]
+    fn nanoseconds_round_half_to_even() {
+        let cases = [
+            (1_499, 1),
+            (1_500, 2),
+            (2_500, 2),
+            (2_501, 3),
+            (-1, 0),
+            (-500, 0),
+            (-1_500, -2),
+            (-1_501, -2),
+            (-2_500, -2),
+            (i64::MAX - 7, i64::MAX / 1_000 + 1),
+            (i64::MIN, i64::MIN / 1_000 - 1),
+        ];
+        for (ns, us) in cases {
+            assert_eq!(nanos_to_micros(ns), us, "{ns} ns");
+        }
+        let t: ArrayRef = Arc::new(arrow_array::Time64NanosecondArray::from(vec![
+            DAY_MICROS * 1_000 - 100,
+        ]));
+        let ty = ty_of(&t);
+        let e = Enc::new(&t, &ty).unwrap();
+        let mut out = Vec::new();
+        e.write(0, &mut out).unwrap();
+        assert_eq!(&out[4..], &DAY_MICROS.to_be_bytes());
+        assert!(e.rounds(0) && e.may_round());
     }
 }

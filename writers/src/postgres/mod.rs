@@ -39,8 +39,8 @@ pub struct Applied {
     pub next_offset: i64,
 }
 
-/// Values whose digits PostgreSQL rounded away in one column, in applies that committed:
-/// SQL Server's `datetimeoffset(7)` text into `timestamptz` (docs/replica.md).
+/// How many values of one column, in applies that committed, the replica holds rounded
+/// ([`PgReplicator::take_rounded`]) or could not know ([`PgReplicator::take_unknown`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rounded {
     /// The table, `schema.table`.
@@ -79,6 +79,8 @@ pub struct PgReplicator {
     no_plain_insert: Mutex<HashMap<TableName, u32>>,
     /// Rounded values of committed applies not yet taken by [`Self::take_rounded`].
     rounded: Mutex<BTreeMap<(String, String), u64>>,
+    /// Values written NULL as unknown, likewise until [`Self::take_unknown`].
+    unknown: Mutex<BTreeMap<(String, String), u64>>,
 }
 
 /// Applies that skip the plain insert on a table after it met a stored key.
@@ -133,6 +135,7 @@ impl PgReplicator {
             tables: Mutex::new(HashMap::new()),
             no_plain_insert: Mutex::new(HashMap::new()),
             rounded: Mutex::new(BTreeMap::new()),
+            unknown: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -197,6 +200,7 @@ impl PgReplicator {
 
         let mut changed: Vec<(TableName, Arc<TableMeta>)> = Vec::new();
         let mut rounded: Vec<(String, String, u64)> = Vec::new();
+        let mut unknown: Vec<(String, String, u64)> = Vec::new();
         for (seq, mut work) in works.into_iter().enumerate() {
             let cached = self.cached(&work.name);
             let existing = match cached {
@@ -231,6 +235,9 @@ impl PgReplicator {
             for (column, n) in &counts.rounded {
                 rounded.push((name.to_string(), column.clone(), *n));
             }
+            for (column, n) in &counts.unknown {
+                unknown.push((name.to_string(), column.clone(), *n));
+            }
             tracing::debug!(
                 table = %name,
                 topic = at.topic,
@@ -258,11 +265,13 @@ impl PgReplicator {
         if let Ok(mut tables) = self.tables.lock() {
             tables.extend(changed);
         }
-        if !rounded.is_empty()
-            && let Ok(mut totals) = self.rounded.lock()
-        {
-            for (table, column, n) in rounded {
-                *totals.entry((table, column)).or_default() += n;
+        for (counts, totals) in [(rounded, &self.rounded), (unknown, &self.unknown)] {
+            if !counts.is_empty()
+                && let Ok(mut totals) = totals.lock()
+            {
+                for (table, column, n) in counts {
+                    *totals.entry((table, column)).or_default() += n;
+                }
             }
         }
         Ok(next
@@ -278,17 +287,14 @@ impl PgReplicator {
     /// The values PostgreSQL rounded in applies committed since the last call, per table and
     /// column: for a metric. A failed apply counts nothing.
     pub fn take_rounded(&self) -> Vec<Rounded> {
-        let Ok(mut totals) = self.rounded.lock() else {
-            return Vec::new();
-        };
-        std::mem::take(&mut *totals)
-            .into_iter()
-            .map(|((table, column), values)| Rounded {
-                table,
-                column,
-                values,
-            })
-            .collect()
+        take(&self.rounded)
+    }
+
+    /// The values written NULL because the replica could not know them, in applies
+    /// committed since the last call: a key change's unchanged TOASTed column whose old row
+    /// the replica did not hold (docs/replica.md). For a metric.
+    pub fn take_unknown(&self) -> Vec<Rounded> {
+        take(&self.unknown)
     }
 
     fn cached(&self, name: &TableName) -> Option<Arc<TableMeta>> {
@@ -468,4 +474,19 @@ pub fn describe_plan(
         }
     }
     Ok(out)
+}
+
+/// Takes a table of per-column counts.
+fn take(totals: &Mutex<BTreeMap<(String, String), u64>>) -> Vec<Rounded> {
+    let Ok(mut totals) = totals.lock() else {
+        return Vec::new();
+    };
+    std::mem::take(&mut *totals)
+        .into_iter()
+        .map(|((table, column), values)| Rounded {
+            table,
+            column,
+            values,
+        })
+        .collect()
 }
