@@ -43,8 +43,9 @@ pub(crate) struct Counts {
     pub fresh_conflict: bool,
     /// Rows of keys moved from another key, with columns copied from the old key's row.
     pub moved: u64,
-    /// Per column (key columns included) holding text PostgreSQL rounds (SQL Server's
-    /// `datetimeoffset(7)` into `timestamptz`): how many values written lose digits.
+    /// Per column (key columns included) whose values the replica rounds to the microsecond
+    /// (SQL Server's `datetimeoffset(7)` text, nanosecond times and timestamps): how many
+    /// values written lose digits.
     pub rounded: Vec<(String, u64)>,
     /// Per column: values written NULL because the replica could not know them (a key
     /// change's unchanged TOASTed column whose old row it did not hold).
