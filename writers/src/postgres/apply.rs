@@ -165,6 +165,20 @@ impl Group {
     }
 }
 
+/// The staging table's name for column `c`: `k<i>` for the i-th key column, `c<i>` for the
+/// i-th value column.
+fn staged_as(work: &TableWork<'_>, c: &ColumnDef) -> String {
+    let key = work.pk.iter().position(|k| k.name == c.name);
+    let value = || work.cols.iter().position(|v| v.name == c.name);
+    match (key, value()) {
+        (Some(k), _) => format!("k{k}"),
+        (None, Some(i)) => format!("c{i}"),
+        // Not one of the table's columns: its own name, which the staging table lacks, so
+        // the statement fails rather than reading another column.
+        (None, None) => quote(&c.name),
+    }
+}
+
 /// The key columns, then the columns `g` writes.
 fn columns_of<'w>(work: &'w TableWork<'_>, g: &Group) -> impl Iterator<Item = &'w ColumnDef> {
     let written = work.cols.iter().zip(&g.present).filter(|(_, p)| **p);
@@ -373,17 +387,18 @@ pub(crate) async fn apply_table(
         return Ok(counts);
     }
 
-    // The rest through a staging table: __grp (0 delete, else the group), keys, columns,
-    // and when keys moved, the old keys.
+    // The rest through a staging table: grp (0 delete, else the group), keys, columns, and
+    // when keys moved, the old keys. Its columns are named by position, so no source column
+    // name (`grp`, say) can clash with them.
     let stage = quote(&format!("lakesink_stage_{seq}"));
     let moves = groups.iter().any(Group::moves);
-    let old_col = |k: usize| quote(&format!("__lakesink_old_{k}"));
-    let mut defs = vec!["\"__grp\" integer".to_owned()];
+    let old_col = |k: usize| format!("o{k}");
+    let mut defs = vec!["grp integer".to_owned()];
     defs.extend(
         work.pk
             .iter()
             .chain(&work.cols)
-            .map(|c| format!("{} {}", quote(&c.name), c.ty.wire.sql())),
+            .map(|c| format!("{} {}", staged_as(work, c), c.ty.wire.sql())),
     );
     if moves {
         defs.extend(
@@ -424,7 +439,7 @@ pub(crate) async fn apply_table(
 
     let actual = |c: &ColumnDef| meta.types.get(&c.name).map_or("text", String::as_str);
     let cast = |c: &ColumnDef| {
-        c.ty.cast_staged(&format!("s.{}", quote(&c.name)), actual(c))
+        c.ty.cast_staged(&format!("s.{}", staged_as(work, c)), actual(c))
     };
     // Moved keys take their old key's stored values, before the old key's delete.
     for (g, group) in groups.iter().enumerate().filter(|(_, g)| g.moves()) {
@@ -438,7 +453,7 @@ pub(crate) async fn apply_table(
                 let stored = format!("o.{}", quote(&c.name));
                 format!(
                     "{} = {}",
-                    quote(&c.name),
+                    staged_as(work, c),
                     c.ty.cast_stored(&stored, actual(c))
                 )
             })
@@ -457,7 +472,7 @@ pub(crate) async fn apply_table(
             })
             .collect();
         let copied = sqlx::query(AssertSqlSafe(format!(
-            "UPDATE {stage} AS s SET {} FROM {table} AS o WHERE s.\"__grp\" = {grp} AND {}",
+            "UPDATE {stage} AS s SET {} FROM {table} AS o WHERE s.grp = {grp} AND {}",
             set.join(", "),
             on.join(" AND ")
         )))
@@ -497,7 +512,7 @@ pub(crate) async fn apply_table(
             .map(|k| format!("t.{} = {}", quote(&k.name), cast(k)))
             .collect();
         sqlx::query(AssertSqlSafe(format!(
-            "DELETE FROM {table} AS t USING {stage} AS s WHERE s.\"__grp\" = 0 AND {}",
+            "DELETE FROM {table} AS t USING {stage} AS s WHERE s.grp = 0 AND {}",
             on.join(" AND ")
         )))
         .execute(&mut *conn)
@@ -511,7 +526,7 @@ pub(crate) async fn apply_table(
         let written = &names[work.pk.len()..];
         let casts: Vec<String> = columns_of(work, group).map(cast).collect();
         let insert = format!(
-            "INSERT INTO {table} ({}) SELECT {} FROM {stage} AS s WHERE s.\"__grp\" = {grp}",
+            "INSERT INTO {table} ({}) SELECT {} FROM {stage} AS s WHERE s.grp = {grp}",
             names
                 .iter()
                 .map(|n| quote(n))

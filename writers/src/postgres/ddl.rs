@@ -198,6 +198,45 @@ pub(crate) async fn lock(conn: &mut PgConnection, what: &str) -> Result<(), sqlx
         .map(|_| ())
 }
 
+/// Names `work`'s columns as `existing` has them where the records alone cannot tell:
+/// - a column whose source name (`__debezium.source.column.name`) the table lacks but whose
+///   field name it has: the table was made from records without source names (an earlier
+///   lakesink, a connector without `column.propagate.source.type`), and keeps its column;
+/// - a key column of a batch of tombstones alone, which carry no value schema and so no source
+///   names: the table's key column at its position, where the field is that name with
+///   characters turned into `_` (`Id_Key` for `"Id Key"`).
+pub(crate) fn resolve_names(work: &mut TableWork<'_>, existing: Option<&TableMeta>) {
+    let Some(existing) = existing else {
+        return;
+    };
+    let same_len = work.pk.len() == existing.pk.len();
+    for (i, c) in work.pk.iter_mut().enumerate() {
+        if existing.types.contains_key(&c.name) {
+            continue;
+        }
+        if existing.types.contains_key(&c.field) {
+            c.name.clone_from(&c.field);
+        } else if c.name == c.field && same_len && adjusted_from(&c.field, &existing.pk[i]) {
+            c.name.clone_from(&existing.pk[i]);
+        }
+    }
+    for c in &mut work.cols {
+        if !existing.types.contains_key(&c.name) && existing.types.contains_key(&c.field) {
+            c.name.clone_from(&c.field);
+        }
+    }
+}
+
+/// Whether `field` can be `name` with some characters turned into `_`, as Avro converters
+/// adjust names.
+fn adjusted_from(field: &str, name: &str) -> bool {
+    field.chars().count() == name.chars().count()
+        && field
+            .chars()
+            .zip(name.chars())
+            .all(|(f, n)| f == n || f == '_')
+}
+
 /// Gives each column about to be created (absent from `existing`) the source's own type where
 /// the replica has it; otherwise it keeps its fallback, with a WARN naming table and column.
 /// Types are read back as `format_type` spells them, so the table's shape compares equal.

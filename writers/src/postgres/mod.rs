@@ -211,6 +211,7 @@ impl PgReplicator {
             if existing.is_none() && only_deletes {
                 continue; // nothing to delete in a table that does not exist
             }
+            ddl::resolve_names(&mut work, existing.as_deref());
             ddl::resolve_source_types(&mut tx, &mut work, existing.as_deref()).await?;
             let (ddl, meta) =
                 ddl::plan_ddl(&work, existing.as_deref(), self.auto_create, self.evolution)

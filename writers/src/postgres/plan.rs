@@ -14,7 +14,7 @@ use super::defaults::{ColumnDefault, column_default};
 use super::encode::Enc;
 use super::error::{At, ReplicaError};
 use super::naming::{NameSource, NameTemplate, TableName, check_ident};
-use super::types::{ColumnType, column_type};
+use super::types::{ColumnType, column_name, column_type};
 
 /// The parts of the config planning needs.
 pub(crate) struct Rules {
@@ -41,7 +41,11 @@ impl Rules {
 
 #[derive(Debug, Clone)]
 pub(crate) struct ColumnDef {
+    /// The replica's column: the source's own name where Debezium sends it
+    /// ([`column_name`]), else the field's.
     pub name: String,
+    /// The record's field holding the column's values.
+    pub field: String,
     pub ty: ColumnType,
     /// The default the schema declares (value columns; keys have none).
     pub default: ColumnDefault,
@@ -468,10 +472,21 @@ fn key_columns(rules: &Rules, v: &View<'_>) -> Result<Vec<ColumnDef>, String> {
                 .find(&n)
                 .ok_or_else(|| format!("pk field `{n}` is not in the {what}"))?
                 .1;
-            check_ident(&n, "column")?;
+            // Debezium's key schema has no parameters; the value's field for the same column
+            // has the source's name and type.
+            let f = v
+                .after
+                .or(v.before)
+                .and_then(|a| a.fields().find(&n))
+                .map(|(_, vf)| vf.as_ref())
+                .filter(|vf| vf.data_type() == f.data_type())
+                .unwrap_or(f);
+            let name = column_name(f);
+            check_ident(&name, "column")?;
             Ok(ColumnDef {
                 ty: column_type(f, v.postgres)?,
-                name: n,
+                name,
+                field: n,
                 default: ColumnDefault::None,
             })
         })
@@ -487,15 +502,24 @@ fn batch_encs<'a>(
     let mut by_name: HashMap<&str, &'a arrow_array::ArrayRef> = HashMap::new();
     if let Some(after) = v.after {
         for (i, f) in value_fields(v.b.shape, after) {
-            if work.pk.iter().any(|k| &k.name == f.name()) {
+            if work.pk.iter().any(|k| &k.field == f.name()) {
                 continue;
             }
             by_name.insert(f.name(), after.column(i));
-            if !work.cols.iter().any(|c| &c.name == f.name()) {
-                check_ident(f.name(), "column")?;
+            if !work.cols.iter().any(|c| &c.field == f.name()) {
+                let name = column_name(f);
+                check_ident(&name, "column")?;
+                if let Some(c) = work.pk.iter().chain(&work.cols).find(|c| c.name == name) {
+                    return Err(format!(
+                        "fields `{}` and `{}` both name the column `{name}`",
+                        c.field,
+                        f.name()
+                    ));
+                }
                 let ty = column_type(f, v.postgres)?;
                 work.cols.push(ColumnDef {
-                    name: f.name().clone(),
+                    name,
+                    field: f.name().clone(),
                     default: column_default(f, &ty),
                     ty,
                 });
@@ -507,7 +531,7 @@ fn batch_encs<'a>(
         .iter()
         .map(|c| {
             by_name
-                .get(c.name.as_str())
+                .get(c.field.as_str())
                 .map(|a| Enc::new(a, &c.ty))
                 .transpose()
         })
@@ -517,8 +541,8 @@ fn batch_encs<'a>(
             .iter()
             .map(|k| {
                 let a = s
-                    .column_by_name(&k.name)
-                    .ok_or_else(|| format!("key column `{}` is not in the record", k.name))?;
+                    .column_by_name(&k.field)
+                    .ok_or_else(|| format!("key column `{}` is not in the record", k.field))?;
                 Enc::new(a, &k.ty)
             })
             .collect()

@@ -228,6 +228,15 @@ pub(crate) fn connect_param(field: &Field, name: &str) -> Option<String> {
 /// `_INET` for an array, an enum's own name).
 const SOURCE_TYPE: &str = "__debezium.source.column.type";
 const SOURCE_LENGTH: &str = "__debezium.source.column.length";
+/// Added beside it: the column's name as the source has it, before the Avro converter turned
+/// what an Avro name cannot hold into `_` (`Some Note` sent as `Some_Note`).
+const SOURCE_NAME: &str = "__debezium.source.column.name";
+
+/// The replica's name for the column of `field`: the source's own where Debezium sends it
+/// (as the Debezium JDBC sink does), else the field's.
+pub(crate) fn column_name(field: &Field) -> String {
+    connect_param(field, SOURCE_NAME).unwrap_or_else(|| field.name().clone())
+}
 
 /// Types Debezium's PostgreSQL connector sends as their text form, which the replica can
 /// cast that text back into.
