@@ -83,10 +83,29 @@ pub struct KafkaConfig {
     /// For `format = "json"`: a file holding the Connect schema of the values (the `schema`
     /// object JsonConverter writes with `schemas.enable=true`). Without it, schemas are inferred.
     pub json_value_schema: Option<std::path::PathBuf>,
+    /// The Debezium connector (`mysql`, `postgresql`, …) that wrote records whose schemas name
+    /// none: flattened values (ExtractNewRecordState drops `source`). Some types mean
+    /// different things per connector (a MySQL `TIME` past 24:00 is a span).
+    pub source_connector: Option<String>,
     /// Records that are not rows (`[kafka.non-data]`): skipped unless routed.
     #[serde(default)]
     pub non_data: NonDataConfig,
 }
+
+/// Debezium's connectors, as their `source.connector` names them: the values of
+/// `kafka.source-connector`.
+pub const SOURCE_CONNECTORS: &[&str] = &[
+    "postgresql",
+    "mysql",
+    "mariadb",
+    "sqlserver",
+    "db2",
+    "oracle",
+    "mongodb",
+    "informix",
+    "vitess",
+    "spanner",
+];
 
 /// The converter the topics were written with.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -353,6 +372,17 @@ impl Config {
             return Err(ConfigError::Invalid {
                 field: "kafka.json-value-schema",
                 reason: "only applies with format = \"json\"".into(),
+            });
+        }
+        if let Some(c) = &k.source_connector
+            && !SOURCE_CONNECTORS.contains(&c.as_str())
+        {
+            return Err(ConfigError::Invalid {
+                field: "kafka.source-connector",
+                reason: format!(
+                    "`{c}` is not a Debezium connector lakesink knows; one of {}",
+                    SOURCE_CONNECTORS.join(", ")
+                ),
             });
         }
         let r = &self.registry;

@@ -109,6 +109,9 @@ pub(crate) async fn run(path: &Path, source_connectors: &[std::path::PathBuf]) -
         {
             report.line(status, "source types", &text);
         }
+        if let Some((status, text)) = flattening(&config, file, &connector) {
+            report.line(status, "flattened", &text);
+        }
     }
     if let Some(replica) = &config.replica {
         let topics = config.kafka.topics.clone();
@@ -186,6 +189,45 @@ fn source_types(file: &Path, connector: &Connector) -> Option<(Status, String)> 
                  json from jsonb (both become json) and makes char(n), inet, cidr, macaddr, \
                  ranges, hstore, citext and enums text; set \"column.propagate.source.type\": \
                  \".*\" in the connector"
+            ),
+        ),
+    })
+}
+
+/// A connector that flattens its records (ExtractNewRecordState) drops `source`, which names
+/// the connector; `kafka.source-connector` must then name it. `None` when nothing flattens.
+fn flattening(config: &Config, file: &Path, connector: &Connector) -> Option<(Status, String)> {
+    let flattens = connector.iter().any(|(k, v)| {
+        k.starts_with("transforms.")
+            && k.ends_with(".type")
+            && v.trim() == "io.debezium.transforms.ExtractNewRecordState"
+    });
+    if !flattens {
+        return None;
+    }
+    let shown = file.display();
+    // `io.debezium.connector.mysql.MySqlConnector` → `mysql`.
+    let named = connector
+        .get("connector.class")
+        .and_then(|c| c.strip_prefix("io.debezium.connector.")?.split('.').next())
+        .map(str::to_owned);
+    let set = config.kafka.source_connector.as_deref();
+    Some(match (set, named.as_deref()) {
+        (Some(s), Some(n)) if s != n => (
+            Status::Fail,
+            format!(
+                "{shown}: the connector is Debezium's {n}, but kafka.source-connector is                  {s:?}; set kafka.source-connector = \"{n}\""
+            ),
+        ),
+        (Some(s), _) => (
+            Status::Ok,
+            format!("{shown}: flattened records are read as {s}'s (kafka.source-connector)"),
+        ),
+        (None, n) => (
+            Status::Warn,
+            format!(
+                "{shown}: ExtractNewRecordState drops the `source` block that names the                  connector, so a MySQL TIME span would stop the pipeline and SQL Server's                  datetimeoffset(7) is refused; set kafka.source-connector = \"{}\"",
+                n.unwrap_or("<the connector>")
             ),
         ),
     })

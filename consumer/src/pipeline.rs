@@ -114,7 +114,8 @@ pub(crate) async fn run<R: SchemaResolver>(
     let rewinds = sinks::Rewinds::default();
     let mut sink_task = tokio::spawn(sinks::run(sinks, rx, consumer.clone(), rewinds.clone()));
     let mut decoder = ChangeDecoder::new(resolver, format, BATCH_ROWS)
-        .with_routes(kafka::routes(&config.non_data));
+        .with_routes(kafka::routes(&config.non_data))
+        .with_source_connector(config.source_connector.clone());
     let mut pending = Pending {
         headers: with_headers.then(HeaderLog::default),
         ..Pending::default()

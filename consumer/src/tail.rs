@@ -190,8 +190,9 @@ pub(crate) async fn run<R: SchemaResolver>(
 
     let max = args.max.unwrap_or(u64::MAX);
     let batch = usize::try_from(max).map_or(FLUSH_RECORDS, |m| m.clamp(1, FLUSH_RECORDS));
-    let mut decoder =
-        ChangeDecoder::new(resolver, format, batch).with_routes(kafka::routes(&config.non_data));
+    let mut decoder = ChangeDecoder::new(resolver, format, batch)
+        .with_routes(kafka::routes(&config.non_data))
+        .with_source_connector(config.source_connector.clone());
     let mut out = Printed { rows: 0, max };
     let mut unflushed = 0;
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;

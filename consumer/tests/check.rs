@@ -400,3 +400,63 @@ fn check_warns_when_the_source_connector_does_not_propagate_source_types() {
         "{report}"
     );
 }
+
+/// A connector that flattens its records (ExtractNewRecordState) drops the `source` block
+/// naming it: `check` warns until `kafka.source-connector` names it, and fails when it names
+/// another connector.
+#[test]
+fn check_asks_for_the_connector_of_flattened_records() {
+    let stack = Stack::from_env();
+    let dir = std::env::temp_dir().join(unique("lakesink-check"));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let connector = dir.join("mysql.json");
+    std::fs::write(
+        &connector,
+        serde_json::json!({
+            "connector.class": "io.debezium.connector.mysql.MySqlConnector",
+            "transforms": "unwrap",
+            "transforms.unwrap.type": "io.debezium.transforms.ExtractNewRecordState",
+        })
+        .to_string(),
+    )
+    .expect("write");
+    let line = |setting: &str| {
+        let config = dir.join("flat.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[kafka]\nbrokers = \"{}\"\ntopics = [\"t\"]\n{setting}\n",
+                stack.kafka_brokers
+            ),
+        )
+        .expect("write");
+        let out = lakesink(
+            &[
+                "check",
+                "--config",
+                config.to_str().expect("utf-8"),
+                "--source-connector",
+                connector.to_str().expect("utf-8"),
+            ],
+            &[],
+        );
+        let report = text(&out).0;
+        report
+            .lines()
+            .find(|l| l[4..].trim_start().starts_with("flattened"))
+            .unwrap_or_else(|| panic!("no flattened line: {report}"))
+            .to_owned()
+    };
+    let unset = line("");
+    assert!(
+        unset.starts_with("WARN") && unset.contains("kafka.source-connector = \"mysql\""),
+        "{unset}"
+    );
+    let right = line("source-connector = \"mysql\"");
+    assert!(right.starts_with("OK"), "{right}");
+    let wrong = line("source-connector = \"postgresql\"");
+    assert!(
+        wrong.starts_with("FAIL") && wrong.contains("kafka.source-connector = \"mysql\""),
+        "{wrong}"
+    );
+}

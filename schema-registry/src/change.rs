@@ -263,7 +263,9 @@ impl ChangeError {
         match &self.kind {
             ChangeErrorKind::Registry(e) => matches!(e, crate::RegistryError::NotFound { .. }),
             // Configuration, not data: every record of the topic would follow this one.
-            ChangeErrorKind::Mismatch(_) => false,
+            ChangeErrorKind::Mismatch(_) | ChangeErrorKind::Decode(DecodeError::Connector(_)) => {
+                false
+            }
             _ => true,
         }
     }
@@ -290,14 +292,14 @@ struct Prepared {
 }
 
 impl Prepared {
-    fn new(schema: WriterSchema) -> Arc<Self> {
+    fn new(schema: WriterSchema, fallback: Option<&str>) -> Arc<Self> {
         let shape = classify(&schema.root);
         let key_kind = match &schema.root {
             Node::Record { name, .. } => NonData::of_key_record_name(name),
             _ => None,
         };
         let name = record_name(&schema.root).map(str::to_owned);
-        let semantics = Semantics::of_schema(&schema);
+        let semantics = Semantics::of_schema(&schema, fallback);
         Arc::new(Self {
             schema,
             shape,
@@ -359,6 +361,8 @@ pub struct ChangeDecoder<R> {
     belongs: HashSet<(Arc<str>, Side, SchemaRef)>,
     /// The semantics of the last value schema seen with each key schema.
     key_semantics: HashMap<SchemaRef, Semantics>,
+    /// The connector for schemas that name none (`kafka.source-connector`).
+    source_connector: Option<String>,
 }
 
 /// Writer-schema lookups: answered from the decoder's cache, or sent to the resolver.
@@ -385,7 +389,22 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
             two_pass: 0,
             belongs: HashSet::default(),
             key_semantics: HashMap::default(),
+            source_connector: None,
         }
+    }
+
+    /// The connector that wrote records whose schemas name none (a flattened value has no
+    /// `source`), for the types whose meaning depends on it (see [`Semantics`]).
+    pub fn with_source_connector(mut self, connector: Option<String>) -> Self {
+        self.source_connector = connector;
+        self
+    }
+
+    /// The semantics of records that name no connector.
+    fn fallback_semantics(&self) -> Semantics {
+        self.source_connector
+            .as_deref()
+            .map_or_else(Semantics::unknown, Semantics::of_connector)
     }
 
     /// How many batch decoders were built for schemas the one-pass decoder does not cover.
@@ -450,7 +469,10 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
         };
         if !self.prepared.contains_key(&schema) {
             let avro = record.avro_schema()?;
-            let prepared = Prepared::new(WriterSchema::parse_text(&avro.to_string())?);
+            let prepared = Prepared::new(
+                WriterSchema::parse_text(&avro.to_string())?,
+                self.source_connector.as_deref(),
+            );
             self.prepared.insert(schema.clone(), prepared);
         }
         Ok(Split {
@@ -467,7 +489,10 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
         }
         self.cache.misses += 1;
         let resolved = self.resolver.resolve(schema).await?;
-        let p = Prepared::new(WriterSchema::parse(&resolved)?);
+        let p = Prepared::new(
+            WriterSchema::parse(&resolved)?,
+            self.source_connector.as_deref(),
+        );
         self.prepared.insert(schema.clone(), p.clone());
         Ok(p)
     }
@@ -643,8 +668,12 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
                     }
                     semantics
                 }
-                (None, Some(k)) => self.key_semantics.get(k).copied().unwrap_or_default(),
-                (None, None) => Semantics::default(),
+                (None, Some(k)) => self
+                    .key_semantics
+                    .get(k)
+                    .copied()
+                    .unwrap_or_else(|| self.fallback_semantics()),
+                (None, None) => self.fallback_semantics(),
             };
             let mut decoder = |s: &Option<SchemaRef>, p: &Option<Arc<Prepared>>| match (s, p) {
                 (Some(s), Some(p)) => self.decoder(s, p, semantics).map(Some),

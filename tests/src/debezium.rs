@@ -11,8 +11,8 @@ use sqlx::AssertSqlSafe;
 use sqlx::postgres::PgPool;
 
 use lakesink_schema_registry::{
-    CachedResolver, ChangeBatch, ChangeDecoder, Format, HttpRegistry, HttpRegistryConfig,
-    KafkaRecord,
+    CachedResolver, ChangeBatch, ChangeDecoder, ChangeError, Format, HttpRegistry,
+    HttpRegistryConfig, KafkaRecord,
 };
 
 use crate::{Stack, eventually, unique, unreachable};
@@ -287,10 +287,24 @@ pub async fn decode_all(
     format: Format,
     records: &[OwnedMessage],
 ) -> Vec<ChangeBatch> {
+    try_decode_all(stack, format, records, None)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// As [`decode_all`], with `kafka.source-connector` set to `source_connector`; the first
+/// error is returned.
+pub async fn try_decode_all(
+    stack: &Stack,
+    format: Format,
+    records: &[OwnedMessage],
+    source_connector: Option<&str>,
+) -> Result<Vec<ChangeBatch>, ChangeError> {
     let registry = CachedResolver::new(
         HttpRegistry::new(HttpRegistryConfig::new(&stack.registry_url)).expect("registry client"),
     );
-    let mut decoder = ChangeDecoder::new(registry, format, 1024);
+    let mut decoder = ChangeDecoder::new(registry, format, 1024)
+        .with_source_connector(source_connector.map(str::to_owned));
     let mut out = Vec::new();
     for msg in records {
         let headers = |h: &str| header(msg, h);
@@ -304,15 +318,14 @@ pub async fn decode_all(
                 value: msg.payload(),
                 headers: &headers,
             })
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+            .await?;
         out.extend(pushed.completed);
     }
-    out.extend(decoder.finish_all().expect("finish"));
+    out.extend(decoder.finish_all()?);
     assert_eq!(
         decoder.two_pass_decoders(),
         0,
         "every schema here decodes in one pass"
     );
-    out
+    Ok(out)
 }

@@ -29,6 +29,10 @@ pub enum DecodeError {
     /// arrow-avro failed on a datum that validated: a bug here or there.
     #[error("decoder failed on a valid datum: {0}")]
     Internal(String),
+    /// A value whose meaning depends on the connector, in records that name none: a setting
+    /// is missing, so every such record would fail alike.
+    #[error("{0}")]
+    Connector(String),
 }
 
 /// Where the record lies in the root: the root itself, or one branch of a `["null", record]`
@@ -73,7 +77,7 @@ impl std::fmt::Debug for AvroBatchDecoder {
 impl AvroBatchDecoder {
     /// A decoder with the semantics of the connector `schema` names, if any.
     pub fn new(schema: &WriterSchema, batch_size: usize) -> Result<Self, DecodeError> {
-        Self::with_semantics(schema, batch_size, Semantics::of_schema(schema))
+        Self::with_semantics(schema, batch_size, Semantics::of_schema(schema, None))
     }
 
     /// A decoder with the given semantics: a key schema names no connector, so a key takes
@@ -103,7 +107,7 @@ impl AvroBatchDecoder {
     /// A decoder that always validates each datum, then decodes it with arrow-avro: the path
     /// for schemas the direct decoder does not cover, and its reference in tests and benches.
     pub fn via_arrow_avro(schema: &WriterSchema, batch_size: usize) -> Result<Self, DecodeError> {
-        Self::via_arrow_avro_with(schema, batch_size, Semantics::of_schema(schema))
+        Self::via_arrow_avro_with(schema, batch_size, Semantics::of_schema(schema, None))
     }
 
     fn via_arrow_avro_with(

@@ -18,8 +18,9 @@ use super::zoned::{
 };
 
 /// What a Debezium type means where it depends on the connector that wrote it, which the
-/// envelope's `source` record names (`io.debezium.connector.mysql.Source`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// envelope's `source` record names (`io.debezium.connector.mysql.Source`). The default is for
+/// records that name none ([`Semantics::unknown`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Semantics {
     /// MySQL's and MariaDB's `TIME` is a signed span (-838:59:59 to 838:59:59), which
     /// Debezium sends as `MicroTime`: it becomes a duration, not a time of day no reader of a
@@ -33,15 +34,38 @@ pub struct Semantics {
     /// no microsecond timestamp holds: its ZonedTimestamps stay the text Debezium sent
     /// (checked to parse, up to nine digits), so the raw layer keeps every digit.
     pub zoned_timestamps_as_text: bool,
+    /// The connector is not known, so a time outside a day (a MySQL `TIME` span) cannot be
+    /// told from a time of day: such a value is refused ([`DecodeError::Connector`]) rather
+    /// than written as a `TIME` no reader accepts.
+    pub connector_unknown: bool,
+}
+
+impl Default for Semantics {
+    fn default() -> Self {
+        Self::unknown()
+    }
 }
 
 impl Semantics {
-    /// For the connector `schema`'s `source` record names; the default when it names none
-    /// (a key, a flattened value).
-    pub fn of_schema(schema: &super::WriterSchema) -> Self {
-        schema
-            .connector()
-            .map_or_else(Self::default, |c| Self::of_connector(&c))
+    /// For records that name no connector (a flattened value, a key with no value seen):
+    /// PostgreSQL's infinity sentinels still become infinities, since no other connector
+    /// can send them (they lie beyond year 9999, where every other source's types end).
+    pub fn unknown() -> Self {
+        Self {
+            times_are_spans: false,
+            postgres_infinities: true,
+            zoned_timestamps_as_text: false,
+            connector_unknown: true,
+        }
+    }
+
+    /// For the connector `schema`'s `source` record names, else `fallback` (the
+    /// `kafka.source-connector` setting), else [`Semantics::unknown`].
+    pub fn of_schema(schema: &super::WriterSchema, fallback: Option<&str>) -> Self {
+        match schema.connector() {
+            Some(c) => Self::of_connector(&c),
+            None => fallback.map_or_else(Self::unknown, Self::of_connector),
+        }
     }
 
     /// For the connector named in `io.debezium.connector.<name>.Source`.
@@ -50,6 +74,7 @@ impl Semantics {
             times_are_spans: matches!(name, "mysql" | "mariadb"),
             postgres_infinities: name == "postgresql",
             zoned_timestamps_as_text: name == "sqlserver",
+            connector_unknown: false,
         }
     }
 }
@@ -207,6 +232,69 @@ fn postgres_infinities(column: ArrayRef) -> ArrayRef {
     }
 }
 
+/// A time of day lies in 00:00 to 24:00 (PostgreSQL's `time` holds 24:00); outside it, only a
+/// MySQL or MariaDB `TIME` span, which the connector would have said.
+fn check_time_of_day(
+    name: &str,
+    column: &ArrayRef,
+    outer: Option<&NullBuffer>,
+) -> Result<(), DecodeError> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::*;
+    let (values, per_day): (Vec<Option<i64>>, i64) = match column.data_type() {
+        DataType::Time32(TimeUnit::Millisecond) => (
+            column
+                .as_primitive::<Time32MillisecondType>()
+                .iter()
+                .map(|v| v.map(i64::from))
+                .collect(),
+            86_400_000,
+        ),
+        DataType::Time64(TimeUnit::Microsecond) => (
+            column
+                .as_primitive::<Time64MicrosecondType>()
+                .iter()
+                .collect(),
+            86_400_000_000,
+        ),
+        DataType::Time64(TimeUnit::Nanosecond) => (
+            column
+                .as_primitive::<Time64NanosecondType>()
+                .iter()
+                .collect(),
+            86_400_000_000_000,
+        ),
+        _ => return Ok(()),
+    };
+    let bad = values
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| outer.is_none_or(|n| n.is_valid(*i)))
+        .find_map(|(_, v)| v.filter(|v| !(0..=per_day).contains(v)));
+    match bad {
+        None => Ok(()),
+        Some(v) => Err(DecodeError::Connector(format!(
+            "column `{name}` holds the time {}, outside a day: a MySQL or \
+             MariaDB `TIME` span, which is a duration, not a time of day. These records name no \
+             connector (a flattened record has no `source`), so lakesink cannot tell; set \
+             `kafka.source-connector` to the connector that wrote them (`mysql`, `mariadb`, …)",
+            hms(v, per_day / 86_400)
+        ))),
+    }
+}
+
+/// `-838:59:59`: whole seconds of a signed span of `v` units, `per_second` to a second.
+fn hms(v: i64, per_second: i64) -> String {
+    let secs = (v / per_second.max(1)).unsigned_abs();
+    let sign = if v < 0 { "-" } else { "" };
+    format!(
+        "{sign}{}:{:02}:{:02}",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
+
 /// `outer` marks rows whose enclosing struct is null: their child values are placeholders
 /// (arrow-avro writes `""` and `0` there) and are not parsed.
 fn convert(
@@ -278,6 +366,9 @@ fn convert(
                     } else {
                         cast
                     };
+                    if semantics.connector_unknown {
+                        check_time_of_day(field.name(), &cast, outer)?;
+                    }
                     (t, cast)
                 }
                 None => (physical.clone(), column),

@@ -416,17 +416,19 @@ fn mysql_time_is_a_span_and_other_sources_keep_their_values() {
             [-3_020_399_000_000, 3_020_399_000_000, -1]
         );
     }
-    // Without a PostgreSQL source, a sentinel is a value like any other.
-    let rows = [temporal_row(
-        -2_147_472_692,
-        0,
-        9_223_372_036_825_200_000,
-        0,
-        0,
-        "infinity",
-        false,
-    )];
-    let batch = decode_temporal(None, &rows);
+    // From another named source, a sentinel is a value like any other.
+    let sentinel = |source: bool| {
+        temporal_row(
+            -2_147_472_692,
+            0,
+            9_223_372_036_825_200_000,
+            0,
+            0,
+            "infinity",
+            source,
+        )
+    };
+    let batch = decode_temporal(Some("sqlserver"), &[sentinel(true)]);
     let d = batch
         .column_by_name("d")
         .unwrap()
@@ -437,6 +439,85 @@ fn mysql_time_is_a_span_and_other_sources_keep_their_values() {
         .unwrap()
         .as_primitive::<TimestampMicrosecondType>();
     assert_eq!(us.value(0), 9_223_372_036_825_200_000);
+    // Naming none (a flattened record), it is PostgreSQL's infinity: no other connector can
+    // send a year past 9999.
+    let batch = decode_temporal(None, &[sentinel(false)]);
+    let d = batch
+        .column_by_name("d")
+        .unwrap()
+        .as_primitive::<Date32Type>();
+    assert_eq!(d.value(0), i32::MAX);
+    let us = batch
+        .column_by_name("us")
+        .unwrap()
+        .as_primitive::<TimestampMicrosecondType>();
+    assert_eq!(us.value(0), i64::MAX);
+}
+
+#[test]
+fn a_span_from_no_named_connector_is_refused_not_written_as_a_time() {
+    // 00:00 to 24:00 are times of day whatever the connector.
+    let fine =
+        [0, 1, 86_400_000_000].map(|t| temporal_row(0, 0, 0, 0, t, "2024-01-01T00:00:00Z", false));
+    let batch = decode_temporal(None, &fine);
+    assert_eq!(
+        batch.schema().field_with_name("t").unwrap().data_type(),
+        &DataType::Time64(TimeUnit::Microsecond)
+    );
+    // Outside a day only a MySQL TIME can be: the setting is named, on both paths.
+    let schema = temporal_schema(None);
+    for span in [-3_020_399_000_000, 86_400_000_001, -1] {
+        for mut dec in [
+            AvroBatchDecoder::new(&schema, 8).unwrap(),
+            AvroBatchDecoder::via_arrow_avro(&schema, 8).unwrap(),
+        ] {
+            dec.push(&fine[1]).unwrap();
+            dec.push(&temporal_row(
+                0,
+                0,
+                0,
+                0,
+                span,
+                "2024-01-01T00:00:00Z",
+                false,
+            ))
+            .unwrap();
+            match dec.flush() {
+                Err(DecodeError::Connector(m)) => {
+                    assert!(
+                        m.contains("`t`") && m.contains("kafka.source-connector"),
+                        "{m}"
+                    );
+                    if span == -3_020_399_000_000 {
+                        assert!(m.contains("-838:59:59"), "{m}");
+                    }
+                }
+                other => panic!("{span}: {other:?}"),
+            }
+        }
+    }
+    // Told the connector, a span is a duration.
+    let mysql = Semantics::of_schema(&schema, Some("mysql"));
+    assert!(mysql.times_are_spans && !mysql.connector_unknown);
+    let mut dec = AvroBatchDecoder::with_semantics(&schema, 8, mysql).unwrap();
+    dec.push(&temporal_row(
+        0,
+        0,
+        0,
+        0,
+        -3_020_399_000_000,
+        "2024-01-01T00:00:00Z",
+        false,
+    ))
+    .unwrap();
+    let batch = dec.flush().unwrap().unwrap();
+    assert_eq!(
+        batch.column_by_name("t").unwrap().data_type(),
+        &DataType::Duration(TimeUnit::Microsecond)
+    );
+    // The envelope's own connector wins over the setting.
+    let pg = Semantics::of_schema(&temporal_schema(Some("postgresql")), Some("mysql"));
+    assert_eq!(pg, Semantics::of_connector("postgresql"));
 }
 
 #[test]

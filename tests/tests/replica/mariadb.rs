@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::process::Command;
 
 use lakesink_schema_registry::{Format, IdKind};
-use lakesink_tests::debezium::decode_all;
+use lakesink_tests::debezium::{decode_all, try_decode_all};
 use lakesink_tests::{Stack, unique};
 use serde_json::{Value, json};
 
@@ -631,4 +631,95 @@ async fn every_mariadb_type_reaches_the_replica_and_the_raw_layer() {
 
     capture.delete().await;
     db.run(&format!("DROP TABLE {types}, {ck}, {nk};"));
+}
+
+/// Flattened records (ExtractNewRecordState) have no `source`, so nothing in them says a
+/// `TIME` past 24:00 is a MySQL span: decoding them stops with an error naming
+/// `kafka.source-connector` (rather than writing a `TIME` no reader accepts), and with the
+/// setting the spans reach the replica exactly.
+#[tokio::test]
+async fn flattened_mariadb_records_name_their_connector_by_setting() {
+    let stack = Stack::from_env();
+    let db = MariaDb::new(&stack);
+    let table = unique("maria_flat");
+    db.run(&format!(
+        "CREATE TABLE {table} (id int PRIMARY KEY, tm time, tm6 time(6));
+         INSERT INTO {table} VALUES (1, '-838:59:59', '838:59:59.999999'), (2, '12:00:00', \
+         '-00:00:00.000001'), (3, '00:00:00', NULL);"
+    ));
+    let capture = Capture::start_mariadb(
+        &stack,
+        &table,
+        &[&table],
+        json!({
+            "transforms": "unwrap",
+            "transforms.unwrap.type": "io.debezium.transforms.ExtractNewRecordState",
+            // `__table`, for the replica's table name.
+            "transforms.unwrap.add.fields": "table",
+        }),
+    )
+    .await;
+    let records = capture.read(&[3]).await;
+    let avro = Format::Avro {
+        payload_ids: IdKind::ContentId,
+        check_artifacts: true,
+    };
+
+    let err = try_decode_all(&stack, avro.clone(), &records, None)
+        .await
+        .expect_err("a span in records naming no connector");
+    let text = err.to_string();
+    assert!(
+        text.contains("kafka.source-connector") && text.contains("-838:59:59"),
+        "{text}"
+    );
+    assert!(
+        !err.is_bad_record(),
+        "a missing setting, not a bad record: it stops rather than dead-letters"
+    );
+
+    let batches = try_decode_all(&stack, avro, &records, Some("mariadb"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    // What the raw layer writes: a duration, which DuckDB and pyarrow read.
+    for b in &batches {
+        let after = b.rows.column_by_name("after").expect("after");
+        let arrow_schema::DataType::Struct(fields) = after.data_type() else {
+            panic!("after is a struct");
+        };
+        for c in ["tm", "tm6"] {
+            let (_, f) = fields.find(c).expect("column");
+            assert_eq!(
+                f.data_type(),
+                &arrow_schema::DataType::Duration(arrow_schema::TimeUnit::Microsecond),
+                "{c}"
+            );
+        }
+    }
+    let (r, schema) = replicator(|_| {}).await;
+    r.apply("maria-flat", &batches)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    // Spans as microseconds: the replica's `interval` prints 838 hours as 34 days.
+    let us = |c: &str| format!("(extract(epoch FROM {c}) * 1000000)::bigint");
+    let got: Vec<(i32, Option<i64>, Option<i64>)> = rows(
+        &r,
+        &format!(
+            "SELECT id, {}, {} FROM \"{schema}\".\"{table}\" ORDER BY id",
+            us("tm"),
+            us("tm6")
+        ),
+    )
+    .await;
+    assert_eq!(
+        got,
+        vec![
+            (1, Some(-3_020_399_000_000), Some(3_020_399_999_999)),
+            (2, Some(43_200_000_000), Some(-1)),
+            (3, Some(0), None),
+        ]
+    );
+
+    capture.delete().await;
+    db.run(&format!("DROP TABLE {table};"));
 }
