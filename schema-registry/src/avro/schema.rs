@@ -97,6 +97,29 @@ fn decimal_width(o: &Map<String, Value>) -> usize {
 
 pub(crate) const ZONED_TIMESTAMP: &str = "io.debezium.time.ZonedTimestamp";
 
+/// Arrow's widest decimal (Decimal256) holds 76 digits; PostgreSQL's `numeric(p, s)` up to
+/// 1,000. A wider decimal is decoded as its bytes and then made the struct Debezium's
+/// `VariableScaleDecimal` is, {scale, value}: exact, in a shape readers already take.
+const MAX_ARROW_PRECISION: u64 = 76;
+
+/// Marks a decimal too wide for Arrow, with its scale, on the type decoded as bytes.
+pub(crate) const WIDE_DECIMAL_SCALE: &str = "lakesink.wide-decimal.scale";
+
+/// A decimal too wide for Arrow becomes its bytes (or fixed), marked with its scale.
+fn widen_decimal(out: &mut Map<String, Value>) -> bool {
+    let wide = is_decimal(out)
+        && out
+            .get("precision")
+            .and_then(Value::as_u64)
+            .is_some_and(|p| p > MAX_ARROW_PRECISION);
+    if wide {
+        let scale = out.get("scale").and_then(Value::as_i64).unwrap_or(0);
+        out.remove("logicalType");
+        out.insert(WIDE_DECIMAL_SCALE.into(), Value::from(scale));
+    }
+    wide
+}
+
 fn primitive(name: &str) -> Option<Node> {
     Some(match name {
         "null" => Node::Null,
@@ -284,7 +307,9 @@ impl Inliner {
                         let size = usize::try_from(size).map_err(|_| {
                             SchemaError::Malformed(format!("fixed {full} is too large"))
                         })?;
-                        if is_decimal(o) {
+                        if widen_decimal(&mut out) {
+                            Node::Fixed(size)
+                        } else if is_decimal(o) {
                             Node::Decimal {
                                 width: decimal_width(o),
                                 fixed: Some(size),
@@ -347,6 +372,7 @@ impl Inliner {
                 Node::ZonedTimestamp
             }
             "string" if o.get("logicalType").and_then(Value::as_str) == Some("uuid") => Node::Uuid,
+            "bytes" if widen_decimal(&mut out) => Node::Bytes,
             "bytes" if is_decimal(o) => Node::Decimal {
                 width: decimal_width(o),
                 fixed: None,

@@ -6,13 +6,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow_array::{
-    Array, ArrayRef, ListArray, RecordBatch, StringArray, StructArray, TimestampMicrosecondArray,
+    Array, ArrayRef, Int32Array, ListArray, RecordBatch, StringArray, StructArray,
+    TimestampMicrosecondArray,
 };
 use arrow_buffer::NullBuffer;
 use arrow_schema::{DataType, Field, FieldRef, Fields, Metadata, Schema, TimeUnit};
 
 use super::decode::DecodeError;
-use super::schema::ZONED_TIMESTAMP;
+use super::schema::{WIDE_DECIMAL_SCALE, ZONED_TIMESTAMP};
 use super::zoned::{
     INFINITY_DAYS, INFINITY_MICROS, NEG_INFINITY_DAYS, NEG_INFINITY_MICROS, zoned_timestamp_micros,
 };
@@ -295,6 +296,40 @@ fn hms(v: i64, per_second: i64) -> String {
     )
 }
 
+/// A decimal too wide for Arrow as {scale, value}: the struct of Debezium's
+/// `VariableScaleDecimal`, the scale the schema's, the value its two's-complement bytes.
+fn wide_decimal(
+    field: &FieldRef,
+    column: &ArrayRef,
+    scale: i32,
+    metadata: HashMap<String, String>,
+) -> Result<(Field, StructArray), DecodeError> {
+    let value = arrow_cast::cast(column, &DataType::Binary).map_err(internal)?;
+    let scales: ArrayRef = Arc::new(Int32Array::from(vec![scale; column.len()]));
+    let fields = Fields::from(vec![
+        Field::new("scale", DataType::Int32, false),
+        Field::new("value", DataType::Binary, false),
+    ]);
+    // The children carry no nulls; the struct carries the column's.
+    let value = match value.nulls() {
+        Some(_) => {
+            let b = value.as_any().downcast_ref::<arrow_array::BinaryArray>();
+            let b = b.ok_or_else(|| internal("a wide decimal is not Binary"))?;
+            Arc::new(arrow_array::BinaryArray::new(
+                b.offsets().clone(),
+                b.values().clone(),
+                None,
+            )) as ArrayRef
+        }
+        None => value,
+    };
+    let array = StructArray::try_new(fields.clone(), vec![scales, value], column.nulls().cloned())
+        .map_err(internal)?;
+    let field = Field::new(field.name(), DataType::Struct(fields), field.is_nullable())
+        .with_metadata(metadata);
+    Ok((field, array))
+}
+
 /// `outer` marks rows whose enclosing struct is null: their child values are placeholders
 /// (arrow-avro writes `""` and `0` there) and are not parsed.
 fn convert(
@@ -347,6 +382,16 @@ fn convert(
             .map_err(internal)?;
             let field = Field::new(field.name(), DataType::List(item), field.is_nullable())
                 .with_metadata(metadata);
+            Ok((Arc::new(field), Arc::new(array)))
+        }
+        DataType::Binary | DataType::FixedSizeBinary(_)
+            if metadata.contains_key(WIDE_DECIMAL_SCALE) =>
+        {
+            let scale = metadata
+                .get(WIDE_DECIMAL_SCALE)
+                .and_then(|s| s.parse::<i32>().ok())
+                .ok_or_else(|| internal("a wide decimal's scale is not an int"))?;
+            let (field, array) = wide_decimal(field, &column, scale, metadata)?;
             Ok((Arc::new(field), Arc::new(array)))
         }
         physical => {

@@ -582,3 +582,61 @@ fn sql_server_zoned_timestamps_stay_their_text_with_every_digit() {
         .is_err()
     );
 }
+
+#[test]
+fn decimals_wider_than_arrow_become_scale_and_value() {
+    let schema = json!({"type": "record", "name": "R", "fields": [
+        {"name": "n", "type": ["null", {"type": "bytes", "logicalType": "decimal",
+            "precision": 1000, "scale": 2, "connect.name": "org.apache.kafka.connect.data.Decimal"}]},
+        {"name": "f", "type": {"type": "fixed", "name": "F", "size": 40, "logicalType": "decimal",
+            "precision": 90, "scale": 3}}]});
+    let schema = WriterSchema::parse_text(&schema.to_string()).unwrap();
+    // 12345 (0x3039) and -1 in 40 bytes.
+    let row = |n: Option<&[u8]>| {
+        let mut r = match n {
+            Some(b) => {
+                let mut r = zigzag(1);
+                r.extend(zigzag(b.len() as i64));
+                r.extend(b);
+                r
+            }
+            None => zigzag(0),
+        };
+        r.extend([0xff; 40]);
+        r
+    };
+    let [one, two] = [
+        AvroBatchDecoder::new(&schema, 8).unwrap(),
+        AvroBatchDecoder::via_arrow_avro(&schema, 8).unwrap(),
+    ]
+    .map(|mut dec| {
+        dec.push(&row(Some(&[0x30, 0x39]))).unwrap();
+        dec.push(&row(None)).unwrap();
+        dec.flush().unwrap().unwrap()
+    });
+    assert_eq!(one, two, "one pass and two agree");
+    let n = one.column_by_name("n").unwrap().as_struct();
+    assert_eq!(n.null_count(), 1);
+    let scale = n
+        .column_by_name("scale")
+        .unwrap()
+        .as_primitive::<arrow_array::types::Int32Type>();
+    let value = n.column_by_name("value").unwrap().as_binary::<i32>();
+    assert_eq!((scale.value(0), value.value(0)), (2, &[0x30, 0x39][..]));
+    assert_eq!(
+        one.schema()
+            .field_with_name("n")
+            .unwrap()
+            .metadata()
+            .get("connect.name")
+            .map(String::as_str),
+        Some("org.apache.kafka.connect.data.Decimal")
+    );
+    let f = one.column_by_name("f").unwrap().as_struct();
+    let scale = f
+        .column_by_name("scale")
+        .unwrap()
+        .as_primitive::<arrow_array::types::Int32Type>();
+    let value = f.column_by_name("value").unwrap().as_binary::<i32>();
+    assert_eq!((scale.value(1), value.value(1)), (3, &[0xff; 40][..]));
+}

@@ -187,3 +187,109 @@ async fn decimals_of_every_shape_arrive_exact() {
         .expect("snapshot into dec2");
     assert_eq!(read(&r, &schema, "dec2").await, expected());
 }
+
+/// PostgreSQL's `numeric(p, s)` goes to p = 1000, past Arrow's widest decimal (76 digits):
+/// through real Debezium such a column reaches the replica exact, with its own type, and the
+/// raw layer as {scale, value} (the struct of a `VariableScaleDecimal`), which DuckDB and
+/// pyarrow open.
+#[tokio::test]
+async fn decimals_wider_than_arrow_arrive_exact() {
+    let stack = lakesink_tests::Stack::from_env();
+    let name = lakesink_tests::unique("wide");
+    let src = crate::support::source_pool(&stack).await;
+    let big = format!("{}.99", "9".repeat(998));
+    let n77 = "9".repeat(77);
+    crate::support::exec(
+        &src,
+        &[
+            format!("CREATE TABLE public.{name} (id int PRIMARY KEY, n numeric(1000,2), n77 numeric(77,0))"),
+            format!(
+                "INSERT INTO public.{name} VALUES (1, {big}, {n77}), (2, -{big}, -{n77}), (3, 0, 0), \
+                 (4, NULL, NULL)"
+            ),
+        ],
+    )
+    .await;
+    let capture = crate::support::Capture::start_with(
+        &stack,
+        &name,
+        &[&name],
+        serde_json::json!({"column.propagate.source.type": ".*"}),
+    )
+    .await;
+    crate::support::exec(
+        &src,
+        &[
+            format!("INSERT INTO public.{name} VALUES (5, 1.5, 1)"),
+            format!("UPDATE public.{name} SET n = -0.01, n77 = 12345678901234567890 WHERE id = 3"),
+        ],
+    )
+    .await;
+    let records = capture.read(&[6]).await;
+    let avro = lakesink_schema_registry::Format::Avro {
+        payload_ids: lakesink_schema_registry::IdKind::ContentId,
+        check_artifacts: true,
+    };
+    let batches = lakesink_tests::debezium::decode_all(&stack, avro, &records).await;
+
+    let (r, schema) = replicator(|_| {}).await;
+    r.apply("wide", &batches)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let text = format!("SELECT id, n::text, n77::text FROM public.{name} ORDER BY id");
+    let want: Vec<(i32, Option<String>, Option<String>)> =
+        sqlx::query_as(sqlx::AssertSqlSafe(text.clone()))
+            .fetch_all(&src)
+            .await
+            .expect("source rows");
+    let got: Vec<(i32, Option<String>, Option<String>)> =
+        rows(&r, &text.replace("public.", &format!("\"{schema}\"."))).await;
+    assert_eq!(want.len(), 5);
+    assert_eq!(got, want, "the replica holds every digit");
+    let types: Vec<(String,)> = rows(
+        &r,
+        &format!(
+            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = \
+             '\"{schema}\".{name}'::regclass AND attname IN ('n', 'n77') ORDER BY attname"
+        ),
+    )
+    .await;
+    assert_eq!(
+        types,
+        vec![("numeric(1000,2)".into(),), ("numeric(77,0)".into(),)]
+    );
+
+    // The raw layer: readers open it, and the scale is the column's.
+    let (dir, _) = crate::extremes::write_raw(&batches, &capture.topics[0], "flattened").await;
+    let files = crate::extremes::parquet_files(&dir.0);
+    let py = crate::extremes::read(
+        &stack,
+        &[vec!["--physical".to_owned()], files.clone()].concat(),
+    );
+    let py_rows: Vec<&serde_json::Value> = py
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter(|r| r["n"].is_object())
+        .collect();
+    assert!(!py_rows.is_empty(), "{py}");
+    assert!(py_rows.iter().all(|r| r["n"]["scale"] == "2"), "{py}");
+    let duck = crate::extremes::read(
+        &stack,
+        &[
+            "--duckdb".into(),
+            "SELECT id::VARCHAR AS id, n.scale::VARCHAR AS scale FROM read_parquet('{file}') \
+             WHERE n IS NOT NULL ORDER BY id"
+                .into(),
+            format!("{}/**/*.parquet", dir.0.display()),
+        ],
+    );
+    assert!(
+        duck.as_array()
+            .is_some_and(|a| !a.is_empty() && a.iter().all(|r| r["scale"] == "2")),
+        "{duck}"
+    );
+
+    capture.stop(&src).await;
+    crate::support::exec(&src, &[format!("DROP TABLE public.{name}")]).await;
+}

@@ -363,6 +363,20 @@ fn debezium_type(field: &Field, postgres: bool) -> Result<ColumnType, String> {
         (Some("io.debezium.data.VariableScaleDecimal"), DataType::Struct(_)) => {
             return Ok(C::new("numeric", Wire::Numeric, Conv::VariableScale));
         }
+        // A decimal wider than Arrow's 76 digits, decoded as {scale, value} (PostgreSQL's
+        // `numeric(p, s)` up to p = 1000).
+        (Some("org.apache.kafka.connect.data.Decimal"), DataType::Struct(_)) => {
+            let ddl = match (
+                connect_param(field, "connect.decimal.precision"),
+                connect_param(field, "scale"),
+            ) {
+                (Some(p), Some(s)) if p.parse::<u16>().is_ok() && s.parse::<i16>().is_ok() => {
+                    format!("numeric({p},{s})")
+                }
+                _ => "numeric".to_owned(),
+            };
+            return Ok(C::new(ddl, Wire::Numeric, Conv::VariableScale));
+        }
         _ => None,
     };
     if let Some((ddl, conv)) = by_name {
