@@ -1,6 +1,7 @@
 //! Decimals travel as binary `numeric`: every shape arrives exact, whether the rows are copied
 //! straight into the table (fresh keys) or upserted through the staging table (updates, and
-//! a table whose column types differ from the wire's).
+//! a table whose column types differ from the wire's). Through real Debezium: decimals wider
+//! than Arrow's 76 digits, and `numeric`'s NaN and infinities under `decimal.handling.mode=string`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -188,6 +189,61 @@ async fn decimals_of_every_shape_arrive_exact() {
     assert_eq!(read(&r, &schema, "dec2").await, expected());
 }
 
+/// Captures `table` (created and filled by `setup`) with Debezium and `extra` settings, runs
+/// `changes`, and decodes the `count` records.
+async fn capture(
+    table: &str,
+    setup: &[String],
+    changes: &[String],
+    count: usize,
+    extra: serde_json::Value,
+) -> (sqlx::PgPool, crate::support::Capture, Vec<ChangeBatch>) {
+    let stack = lakesink_tests::Stack::from_env();
+    let src = crate::support::source_pool(&stack).await;
+    crate::support::exec(&src, setup).await;
+    let capture = crate::support::Capture::start_with(&stack, table, &[table], extra).await;
+    crate::support::exec(&src, changes).await;
+    let records = capture.read(&[count]).await;
+    let avro = lakesink_schema_registry::Format::Avro {
+        payload_ids: lakesink_schema_registry::IdKind::ContentId,
+        check_artifacts: true,
+    };
+    let batches = lakesink_tests::debezium::decode_all(&stack, avro, &records).await;
+    (src, capture, batches)
+}
+
+/// Asserts that `table`'s columns `a` and `b` hold the same text in the source and the
+/// replica, with the replica's types `types` (in the order of `a`, `b` by name).
+async fn assert_same(
+    src: &sqlx::PgPool,
+    r: &lakesink_writers::PgReplicator,
+    schema: &str,
+    table: &str,
+    (a, b): (&str, &str),
+    types: [&str; 2],
+) {
+    let text = format!("SELECT id, {a}::text, {b}::text FROM public.{table} ORDER BY id");
+    let want: Vec<(i32, Option<String>, Option<String>)> =
+        sqlx::query_as(sqlx::AssertSqlSafe(text.clone()))
+            .fetch_all(src)
+            .await
+            .expect("source rows");
+    let got: Vec<(i32, Option<String>, Option<String>)> =
+        rows(r, &text.replace("public.", &format!("\"{schema}\"."))).await;
+    assert_eq!(want.len(), 5);
+    assert_eq!(got, want, "the replica holds every value");
+    let got: Vec<(String,)> = rows(
+        r,
+        &format!(
+            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = \
+             '\"{schema}\".{table}'::regclass AND attname IN ('{a}', '{b}') ORDER BY attname"
+        ),
+    )
+    .await;
+    let want: Vec<(String,)> = types.iter().map(|t| ((*t).to_owned(),)).collect();
+    assert_eq!(got, want);
+}
+
 /// PostgreSQL's `numeric(p, s)` goes to p = 1000, past Arrow's widest decimal (76 digits):
 /// through real Debezium such a column reaches the replica exact, with its own type, and the
 /// raw layer as {scale, value} (the struct of a `VariableScaleDecimal`), which DuckDB and
@@ -196,11 +252,10 @@ async fn decimals_of_every_shape_arrive_exact() {
 async fn decimals_wider_than_arrow_arrive_exact() {
     let stack = lakesink_tests::Stack::from_env();
     let name = lakesink_tests::unique("wide");
-    let src = crate::support::source_pool(&stack).await;
     let big = format!("{}.99", "9".repeat(998));
     let n77 = "9".repeat(77);
-    crate::support::exec(
-        &src,
+    let (src, capture, batches) = capture(
+        &name,
         &[
             format!("CREATE TABLE public.{name} (id int PRIMARY KEY, n numeric(1000,2), n77 numeric(77,0))"),
             format!(
@@ -208,56 +263,27 @@ async fn decimals_wider_than_arrow_arrive_exact() {
                  (4, NULL, NULL)"
             ),
         ],
-    )
-    .await;
-    let capture = crate::support::Capture::start_with(
-        &stack,
-        &name,
-        &[&name],
-        serde_json::json!({"column.propagate.source.type": ".*"}),
-    )
-    .await;
-    crate::support::exec(
-        &src,
         &[
             format!("INSERT INTO public.{name} VALUES (5, 1.5, 1)"),
             format!("UPDATE public.{name} SET n = -0.01, n77 = 12345678901234567890 WHERE id = 3"),
         ],
+        6,
+        serde_json::json!({"column.propagate.source.type": ".*"}),
     )
     .await;
-    let records = capture.read(&[6]).await;
-    let avro = lakesink_schema_registry::Format::Avro {
-        payload_ids: lakesink_schema_registry::IdKind::ContentId,
-        check_artifacts: true,
-    };
-    let batches = lakesink_tests::debezium::decode_all(&stack, avro, &records).await;
-
     let (r, schema) = replicator(|_| {}).await;
     r.apply("wide", &batches)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let text = format!("SELECT id, n::text, n77::text FROM public.{name} ORDER BY id");
-    let want: Vec<(i32, Option<String>, Option<String>)> =
-        sqlx::query_as(sqlx::AssertSqlSafe(text.clone()))
-            .fetch_all(&src)
-            .await
-            .expect("source rows");
-    let got: Vec<(i32, Option<String>, Option<String>)> =
-        rows(&r, &text.replace("public.", &format!("\"{schema}\"."))).await;
-    assert_eq!(want.len(), 5);
-    assert_eq!(got, want, "the replica holds every digit");
-    let types: Vec<(String,)> = rows(
+    assert_same(
+        &src,
         &r,
-        &format!(
-            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = \
-             '\"{schema}\".{name}'::regclass AND attname IN ('n', 'n77') ORDER BY attname"
-        ),
+        &schema,
+        &name,
+        ("n", "n77"),
+        ["numeric(1000,2)", "numeric(77,0)"],
     )
     .await;
-    assert_eq!(
-        types,
-        vec![("numeric(1000,2)".into(),), ("numeric(77,0)".into(),)]
-    );
 
     // The raw layer: readers open it, and the scale is the column's.
     let (dir, _) = crate::extremes::write_raw(&batches, &capture.topics[0], "flattened").await;
@@ -289,6 +315,52 @@ async fn decimals_wider_than_arrow_arrive_exact() {
             .is_some_and(|a| !a.is_empty() && a.iter().all(|r| r["scale"] == "2")),
         "{duck}"
     );
+
+    capture.stop(&src).await;
+    crate::support::exec(&src, &[format!("DROP TABLE public.{name}")]).await;
+}
+
+/// `numeric` `NaN` and `±Infinity`: Debezium's default `decimal.handling.mode=precise` sends
+/// them as null (lost before Kafka); `string` sends `NAN`, `POSITIVE_INFINITY` and
+/// `NEGATIVE_INFINITY`, which the replica, told the source type, writes into `numeric` columns
+/// as PostgreSQL's own NaN and infinities.
+#[tokio::test]
+async fn numeric_specials_arrive_under_string_mode() {
+    let name = lakesink_tests::unique("nspecial");
+    let (src, capture, batches) = capture(
+        &name,
+        &[
+            format!("CREATE TABLE public.{name} (id int PRIMARY KEY, n numeric, n2 numeric(10,2))"),
+            format!(
+                "INSERT INTO public.{name} VALUES (1, 'NaN', 'NaN'), (2, 'Infinity', 1.5), \
+                 (3, '-Infinity', -2), (4, 12.50, NULL)"
+            ),
+        ],
+        &[
+            format!("INSERT INTO public.{name} VALUES (5, '-Infinity', 'NaN')"),
+            format!("UPDATE public.{name} SET n = 'NaN', n2 = 3.25 WHERE id = 2"),
+        ],
+        6,
+        serde_json::json!({"column.propagate.source.type": ".*", "decimal.handling.mode": "string"}),
+    )
+    .await;
+    let (r, schema) = replicator(|_| {}).await;
+    // Record by record, then all again: the staged path and the replay.
+    for b in &batches {
+        r.apply("nspecial", std::slice::from_ref(b))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    r.apply("nspecial", &batches).await.expect("replay");
+    assert_same(
+        &src,
+        &r,
+        &schema,
+        &name,
+        ("n", "n2"),
+        ["numeric", "numeric(10,2)"],
+    )
+    .await;
 
     capture.stop(&src).await;
     crate::support::exec(&src, &[format!("DROP TABLE public.{name}")]).await;

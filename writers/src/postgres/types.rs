@@ -132,6 +132,10 @@ pub(crate) struct ColumnType {
     /// The values are Debezium's JSON object for a PostgreSQL `hstore`
     /// (`hstore.handling.mode=json`): an `hstore` column takes them converted in SQL.
     pub hstore_json: bool,
+    /// The values are a PostgreSQL `numeric` as `decimal.handling.mode=string` sends it, its
+    /// specials spelled `NAN`, `POSITIVE_INFINITY`, `NEGATIVE_INFINITY`: a `numeric` column
+    /// takes them spelled as PostgreSQL does, in SQL.
+    pub numeric_text: bool,
 }
 
 /// A source column type the replica may not have (an extension's, a user enum, a multirange
@@ -157,6 +161,7 @@ impl ColumnType {
             conv,
             source: None,
             hstore_json: false,
+            numeric_text: false,
         }
     }
 
@@ -172,6 +177,12 @@ impl ColumnType {
             return format!(
                 "CASE WHEN {expr} IS NULL THEN NULL ELSE (SELECT coalesce(hstore(array_agg(j.key), \
                  array_agg(j.value)), ''::hstore) FROM json_each_text({expr}::json) AS j) END"
+            );
+        }
+        if self.numeric_text && target.starts_with("numeric") {
+            return format!(
+                "(CASE {expr} WHEN 'NAN' THEN 'NaN' WHEN 'POSITIVE_INFINITY' THEN 'Infinity' \
+                 WHEN 'NEGATIVE_INFINITY' THEN '-Infinity' ELSE {expr} END)::{target}"
             );
         }
         format!("{expr}::{}", unbounded(target))
@@ -228,6 +239,7 @@ pub(crate) fn connect_param(field: &Field, name: &str) -> Option<String> {
 /// `_INET` for an array, an enum's own name).
 const SOURCE_TYPE: &str = "__debezium.source.column.type";
 const SOURCE_LENGTH: &str = "__debezium.source.column.length";
+const SOURCE_SCALE: &str = "__debezium.source.column.scale";
 /// Added beside it: the column's name as the source has it, before the Avro converter turned
 /// what an Avro name cannot hold into `_` (`Some Note` sent as `Some_Note`).
 const SOURCE_NAME: &str = "__debezium.source.column.name";
@@ -310,6 +322,19 @@ fn pg_source_type(field: &Field, t: ColumnType) -> ColumnType {
             ddl: "money".into(),
             ..t
         },
+        // `decimal.handling.mode=string`: the decimal's text, or a special's name.
+        "NUMERIC" if text && t.conv == Conv::Plain && !array && connect_name(elem).is_none() => {
+            let precision = connect_param(field, SOURCE_LENGTH).and_then(|l| l.parse::<u16>().ok());
+            let scale = connect_param(field, SOURCE_SCALE).and_then(|s| s.parse::<i16>().ok());
+            ColumnType {
+                ddl: match (precision, scale) {
+                    (Some(p @ 1..=1000), Some(s)) => format!("numeric({p},{s})"),
+                    _ => "numeric".into(),
+                },
+                numeric_text: true,
+                ..t
+            }
+        }
         _ if !text || t.conv != Conv::Plain => t,
         b if PG_TEXT_TYPES.contains(&b) && connect_name(elem).is_none_or(|_| ltree) => {
             named(format!("{}{brackets}", b.to_ascii_lowercase()))
