@@ -696,3 +696,31 @@ async fn schema_changes_the_config_forbids_are_errors() {
         "{err}"
     );
 }
+
+/// MySQL, SQL Server and Db2 text may hold U+0000, which PostgreSQL text cannot: the row is
+/// refused with its place and column, not with the server's "invalid byte sequence".
+#[tokio::test]
+async fn text_holding_nul_is_refused_naming_row_and_column() {
+    let (r, schema) = replicator(|c| {
+        c.table_name_format = "${topic}".into();
+        c.dots_to_underscores = false;
+    })
+    .await;
+    let topic = format!("{schema}.nul");
+    let b = batch(
+        &topic,
+        0,
+        "nul",
+        &[ev(0, "c", 1, "ok", "fine"), ev(1, "c", 2, "a\0b", "n")],
+        false,
+    );
+    let err = r.apply("g", &[b]).await.unwrap_err();
+    assert!(!err.is_retryable(), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&format!("{topic}[0] offset 1"))
+            && msg.contains("column `name`")
+            && msg.contains("U+0000"),
+        "{msg}"
+    );
+}

@@ -359,7 +359,20 @@ impl<'a> Enc<'a> {
             }
             Enc::F32(a) => out.extend_from_slice(&a.value(i).to_be_bytes()),
             Enc::F64(a) => out.extend_from_slice(&a.value(i).to_be_bytes()),
-            Enc::Utf8(a) => out.extend_from_slice(a.value(i).as_bytes()),
+            Enc::Utf8(a) => {
+                let v = a.value(i).as_bytes();
+                // MySQL, SQL Server and Db2 text may hold U+0000; PostgreSQL's cannot. The raw
+                // layer keeps it; here it is refused by name rather than by the server's
+                // "invalid byte sequence".
+                if v.contains(&0) {
+                    return Err(
+                        "the text holds a NUL character (U+0000), which PostgreSQL text cannot \
+                         store; the raw layer keeps the value"
+                            .into(),
+                    );
+                }
+                out.extend_from_slice(v);
+            }
             Enc::Bin(a) => out.extend_from_slice(a.value(i)),
             Enc::Decimal(a) => match a.data_type() {
                 DataType::Decimal128(_, scale) => {
