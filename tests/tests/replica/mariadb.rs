@@ -643,9 +643,9 @@ async fn flattened_mariadb_records_name_their_connector_by_setting() {
     let db = MariaDb::new(&stack);
     let table = unique("maria_flat");
     db.run(&format!(
-        "CREATE TABLE {table} (id int PRIMARY KEY, tm time, tm6 time(6));
-         INSERT INTO {table} VALUES (1, '-838:59:59', '838:59:59.999999'), (2, '12:00:00', \
-         '-00:00:00.000001'), (3, '00:00:00', NULL);"
+        "CREATE TABLE {table} (id int PRIMARY KEY, tm time, tm6 time(6), __note varchar(8));
+         INSERT INTO {table} VALUES (1, '-838:59:59', '838:59:59.999999', 'a'), (2, '12:00:00', \
+         '-00:00:00.000001', NULL), (3, '00:00:00', NULL, 'c');"
     ));
     let capture = Capture::start_mariadb(
         &stack,
@@ -654,8 +654,10 @@ async fn flattened_mariadb_records_name_their_connector_by_setting() {
         json!({
             "transforms": "unwrap",
             "transforms.unwrap.type": "io.debezium.transforms.ExtractNewRecordState",
-            // `__table`, for the replica's table name.
+            // `__table`, for the replica's table name: metadata, unlike the source's own
+            // `__note`, which Debezium names as a column.
             "transforms.unwrap.add.fields": "table",
+            "column.propagate.source.type": ".*",
         }),
     )
     .await;
@@ -702,10 +704,12 @@ async fn flattened_mariadb_records_name_their_connector_by_setting() {
         .unwrap_or_else(|e| panic!("{e}"));
     // Spans as microseconds: the replica's `interval` prints 838 hours as 34 days.
     let us = |c: &str| format!("(extract(epoch FROM {c}) * 1000000)::bigint");
-    let got: Vec<(i32, Option<i64>, Option<i64>)> = rows(
+    // id, tm and tm6 in µs, __note.
+    type Row = (i32, Option<i64>, Option<i64>, Option<String>);
+    let got: Vec<Row> = rows(
         &r,
         &format!(
-            "SELECT id, {}, {} FROM \"{schema}\".\"{table}\" ORDER BY id",
+            "SELECT id, {}, {}, __note FROM \"{schema}\".\"{table}\" ORDER BY id",
             us("tm"),
             us("tm6")
         ),
@@ -714,11 +718,25 @@ async fn flattened_mariadb_records_name_their_connector_by_setting() {
     assert_eq!(
         got,
         vec![
-            (1, Some(-3_020_399_000_000), Some(3_020_399_999_999)),
-            (2, Some(43_200_000_000), Some(-1)),
-            (3, Some(0), None),
+            (
+                1,
+                Some(-3_020_399_000_000),
+                Some(3_020_399_999_999),
+                Some("a".into())
+            ),
+            (2, Some(43_200_000_000), Some(-1), None),
+            (3, Some(0), None, Some("c".into())),
         ]
     );
+    let metadata: Vec<(i64,)> = rows(
+        &r,
+        &format!(
+            "SELECT count(*) FROM information_schema.columns WHERE table_schema = '{schema}' \
+             AND column_name = '__table'"
+        ),
+    )
+    .await;
+    assert_eq!(metadata, vec![(0,)], "`__table` is metadata, not a column");
 
     capture.delete().await;
     db.run(&format!("DROP TABLE {table};"));

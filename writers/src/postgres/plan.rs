@@ -14,7 +14,7 @@ use super::defaults::{ColumnDefault, column_default};
 use super::encode::Enc;
 use super::error::{At, ReplicaError};
 use super::naming::{NameSource, NameTemplate, TableName, check_ident};
-use super::types::{ColumnType, column_name, column_type};
+use super::types::{ColumnType, column_name, column_type, is_column};
 
 /// The parts of the config planning needs.
 pub(crate) struct Rules {
@@ -203,13 +203,17 @@ impl<'a> View<'a> {
     }
 }
 
-/// Value fields that are table columns: a flattened record's `__` fields are metadata.
+/// Value fields that are table columns: a flattened record's `__` fields are metadata
+/// (`__op`, `__deleted`, `__source_ts_ms`), unless Debezium names the source column they
+/// hold (a source column called `__grp`, with `column.propagate.source.type`).
 fn value_fields(shape: ValueShape, after: &StructArray) -> impl Iterator<Item = (usize, &Field)> {
     after
         .fields()
         .iter()
         .enumerate()
-        .filter(move |(_, f)| !(shape == ValueShape::Flattened && f.name().starts_with("__")))
+        .filter(move |(_, f)| {
+            !(shape == ValueShape::Flattened && f.name().starts_with("__") && !is_column(f))
+        })
         .map(|(i, f)| (i, f.as_ref()))
 }
 

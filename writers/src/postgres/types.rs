@@ -250,6 +250,11 @@ pub(crate) fn column_name(field: &Field) -> String {
     connect_param(field, SOURCE_NAME).unwrap_or_else(|| field.name().clone())
 }
 
+/// Whether Debezium says `field` holds a source column (it names the column).
+pub(crate) fn is_column(field: &Field) -> bool {
+    connect_param(field, SOURCE_NAME).is_some()
+}
+
 /// Types Debezium's PostgreSQL connector sends as their text form, which the replica can
 /// cast that text back into.
 const PG_TEXT_TYPES: &[&str] = &[
