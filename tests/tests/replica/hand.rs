@@ -724,3 +724,67 @@ async fn text_holding_nul_is_refused_naming_row_and_column() {
         "{msg}"
     );
 }
+
+/// An update whose TOASTed note is unchanged, of a row the replica does not hold (never
+/// captured, or truncated since): the note is unknown, written NULL and counted, on the
+/// upsert path and on the fresh insert after a truncate; an update of a held row keeps it.
+#[tokio::test]
+async fn an_unchanged_toast_value_of_a_row_not_held_is_counted_unknown() {
+    let (r, schema) = replicator(|c| c.truncate_enabled = true).await;
+    let topic = format!("{schema}.public.items");
+    let unknown = |r: &PgReplicator| -> Vec<(String, u64)> {
+        r.take_unknown()
+            .into_iter()
+            .map(|u| (u.column, u.values))
+            .collect()
+    };
+    let b = batch(
+        &topic,
+        0,
+        "items",
+        &[ev(0, "u", 1, "a", PLACEHOLDER)],
+        false,
+    );
+    r.apply("g", &[b]).await.expect("apply");
+    assert_eq!(unknown(&r), [("note".to_owned(), 1)]);
+    assert_eq!(table(&r, &schema, "items").await.len(), 1);
+
+    // Now held: an update keeps the stored (NULL) note and nothing more is unknown.
+    let b = batch(
+        &topic,
+        0,
+        "items",
+        &[ev(1, "c", 2, "b", "n2"), ev(2, "u", 1, "a2", PLACEHOLDER)],
+        false,
+    );
+    r.apply("g", &[b]).await.expect("apply");
+    assert_eq!(unknown(&r), []);
+
+    // After a truncate the row is gone again: the fresh insert counts it.
+    let trunc = Ev {
+        offset: 3,
+        op: "t",
+        id: 0,
+        after: None,
+        tombstone: false,
+    };
+    let b = batch(
+        &topic,
+        0,
+        "items",
+        &[
+            trunc,
+            ev(4, "u", 2, "b2", PLACEHOLDER),
+            ev(5, "c", 3, "c", "n3"),
+        ],
+        false,
+    );
+    r.apply("g", &[b]).await.expect("apply");
+    assert_eq!(unknown(&r), [("note".to_owned(), 1)]);
+    let notes: Vec<(i64, Option<String>)> = rows(
+        &r,
+        &format!("SELECT id, note FROM \"{schema}\".items ORDER BY id"),
+    )
+    .await;
+    assert_eq!(notes, vec![(2, None), (3, Some("n3".into()))]);
+}

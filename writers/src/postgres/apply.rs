@@ -47,8 +47,9 @@ pub(crate) struct Counts {
     /// (SQL Server's `datetimeoffset(7)` text, nanosecond times and timestamps): how many
     /// values written lose digits.
     pub rounded: Vec<(String, u64)>,
-    /// Per column: values written NULL because the replica could not know them (a key
-    /// change's unchanged TOASTed column whose old row it did not hold).
+    /// Per column: values written NULL because the replica could not know them (an
+    /// unchanged TOASTed column of a key change, or of an update, whose old row it did not
+    /// hold).
     pub unknown: Vec<(String, u64)>,
 }
 
@@ -157,6 +158,9 @@ struct Group {
     kind: Kind,
     present: Vec<bool>,
     from_old: Vec<bool>,
+    /// Columns left as stored (an unchanged-TOAST placeholder): a row this group inserts,
+    /// the key not being stored, has no value for them.
+    kept: Vec<bool>,
 }
 
 impl Group {
@@ -240,6 +244,7 @@ pub(crate) async fn apply_table(
     let mut groups: Vec<Group> = Vec::new();
     let mut present: Vec<bool> = Vec::with_capacity(ncols);
     let mut from_old: Vec<bool> = Vec::with_capacity(ncols);
+    let mut kept: Vec<bool> = Vec::with_capacity(ncols);
     let mut rows: Vec<Row<'_>> = Vec::with_capacity(entries.len() + work.inserts.len());
     let keyed = entries.iter().zip(&fresh).map(|((k, n), &f)| {
         let kind = if f && try_plain_insert {
@@ -269,17 +274,32 @@ pub(crate) async fn apply_table(
                 from_old.extend((0..ncols).map(|c| net.is_some_and(|n| n.copies_old(c))));
                 present.clear();
                 present.extend((0..ncols).map(|c| from_old[c] || cell(net, base, c).is_some()));
+                // Kept as stored because of a placeholder: the column is in the record's schema
+                // (one it lacks is left alone rightly, or gets its default).
+                let in_schema = |c: usize| {
+                    net.and_then(Net::base)
+                        .and_then(|b| work.encs.get(&b.batch))
+                        .is_some_and(|e| e.vals.get(c).is_some_and(Option::is_some))
+                };
+                kept.clear();
+                kept.extend(
+                    (0..ncols)
+                        .map(|c| !from_old[c] && net.is_some_and(|n| n.keeps(c)) && in_schema(c)),
+                );
                 // Groups are few (kinds times sets of columns a run leaves untouched).
-                match groups
-                    .iter()
-                    .position(|g| g.kind == kind && g.present == present && g.from_old == from_old)
-                {
+                match groups.iter().position(|g| {
+                    g.kind == kind
+                        && g.present == present
+                        && g.from_old == from_old
+                        && g.kept == kept
+                }) {
                     Some(g) => g + 1,
                     None => {
                         groups.push(Group {
                             kind,
                             present: present.clone(),
                             from_old: from_old.clone(),
+                            kept: kept.clone(),
                         });
                         groups.len()
                     }
@@ -294,11 +314,6 @@ pub(crate) async fn apply_table(
         });
     }
 
-    counts.unknown = work
-        .unpaired
-        .iter()
-        .map(|(c, n)| (work.cols[*c].name.clone(), *n))
-        .collect();
     counts.rounded = rounded(work, &rows, |net, base, c| {
         cell(net, base, c).map(|(enc, r)| (enc, r.row as usize))
     });
@@ -370,6 +385,8 @@ pub(crate) async fn apply_table(
                         .map_err(db(&work.at))?;
                 }
                 done[g] = true;
+                let members = rows.iter().filter(|r| r.grp == g + 1).count() as u64;
+                kept_unknown(work, group, members, &mut counts);
             }
             Err(CopyError::Db(e)) if fresh && is_unique_violation(&e) => {
                 savepoint(conn, "ROLLBACK TO SAVEPOINT lakesink_fresh")
@@ -482,28 +499,14 @@ pub(crate) async fn apply_table(
         .rows_affected();
         let members = rows.iter().filter(|r| r.grp == grp).count() as u64;
         counts.moved += members;
-        if copied < members {
-            let cols: Vec<&str> = work
-                .cols
-                .iter()
-                .zip(&group.from_old)
-                .filter(|(_, copy)| **copy)
-                .map(|(c, _)| c.name.as_str())
-                .collect();
-            tracing::warn!(
-                table = %work.name,
-                topic = work.at.topic,
-                partition = work.at.partition,
-                offsets = ?work.at.offsets,
-                columns = ?cols,
-                rows = members - copied,
-                "a key change's old row is not in the replica: the new row's unchanged \
-                 (TOASTed) columns are left NULL"
-            );
-            for c in cols {
-                counts.unknown.push((c.to_owned(), members - copied));
-            }
-        }
+        count_unknown(
+            work,
+            &group.from_old,
+            members - copied.min(members),
+            "a key change's old row is not in the replica: the new row's unchanged (TOASTed) \
+             columns are left NULL",
+            &mut counts,
+        );
     }
     if any_delete {
         let on: Vec<String> = work
@@ -551,15 +554,79 @@ pub(crate) async fn apply_table(
         };
         let fresh = group.kind == Kind::Fresh;
         if fresh && !conflicted[g] && plain_insert(conn, &insert).await.map_err(db(&work.at))? {
+            let members = rows.iter().filter(|r| r.grp == grp).count() as u64;
+            kept_unknown(work, group, members, &mut counts);
             continue;
         }
         counts.fresh_conflict |= fresh;
-        sqlx::query(AssertSqlSafe(upsert))
-            .execute(&mut *conn)
+        if group.kept.iter().any(|k| *k) {
+            // Which rows found no stored row to keep the columns of: PostgreSQL's upsert
+            // leaves `xmax` 0 on a row it inserted.
+            let inserted: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+                "WITH w AS ({upsert} RETURNING (xmax = 0) AS inserted) \
+                 SELECT count(*) FILTER (WHERE inserted) FROM w"
+            )))
+            .fetch_one(&mut *conn)
             .await
             .map_err(db(&work.at))?;
+            kept_unknown(work, group, inserted.unsigned_abs(), &mut counts);
+        } else {
+            sqlx::query(AssertSqlSafe(upsert))
+                .execute(&mut *conn)
+                .await
+                .map_err(db(&work.at))?;
+        }
     }
     Ok(counts)
+}
+
+/// `rows` rows were written with no value for the `columns` marked (left NULL): the values
+/// are unknown, counted, with a WARN saying `why`.
+fn count_unknown(
+    work: &TableWork<'_>,
+    columns: &[bool],
+    rows: u64,
+    why: &str,
+    counts: &mut Counts,
+) {
+    if rows == 0 {
+        return;
+    }
+    let cols: Vec<&str> = work
+        .cols
+        .iter()
+        .zip(columns)
+        .filter(|(_, k)| **k)
+        .map(|(c, _)| c.name.as_str())
+        .collect();
+    if cols.is_empty() {
+        return;
+    }
+    tracing::warn!(
+        table = %work.name,
+        topic = work.at.topic,
+        partition = work.at.partition,
+        offsets = ?work.at.offsets,
+        columns = ?cols,
+        rows,
+        "{why}"
+    );
+    for c in cols {
+        counts.unknown.push((c.to_owned(), rows));
+    }
+}
+
+/// Rows of `group` inserted, not updated: the columns it keeps as stored (an update of a
+/// row the replica does not hold, its TOAST values unchanged) have no value.
+fn kept_unknown(work: &TableWork<'_>, group: &Group, rows: u64, counts: &mut Counts) {
+    count_unknown(
+        work,
+        &group.kept,
+        rows,
+        "an update left these (TOASTed) columns unchanged, but the replica does not hold the \
+         row: they are left NULL",
+        counts,
+    );
 }
 
 /// Why a COPY failed: a row that cannot be encoded (the COPY was aborted), or the server.

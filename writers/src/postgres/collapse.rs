@@ -71,6 +71,11 @@ impl Net {
         }
     }
 
+    /// Whether column `c` is left as stored (an unchanged-TOAST placeholder), not written.
+    pub(crate) fn keeps(&self, c: usize) -> bool {
+        matches!(self, Net::Upsert { cols: Some(v), .. } if v.get(c).is_some_and(Option::is_none))
+    }
+
     /// Whether column `c` comes from the stored row of the key this one moved from.
     pub(crate) fn copies_old(&self, c: usize) -> bool {
         match self {

@@ -1,7 +1,7 @@
 //! From change batches to per-table work: which table each row goes to, its key, its
 //! operation, and the net effect per key. Pure: no database access.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, BooleanArray, StringArray, StructArray};
@@ -77,9 +77,6 @@ pub(crate) struct TableWork<'a> {
     pub inserts: Vec<RowRef>,
     /// By batch index; looked up per row and column, hence the fast hash.
     pub encs: HashMap<u32, BatchEncs<'a>, foldhash::fast::RandomState>,
-    /// Per value column: key changes' new rows whose placeholder found no old row in the
-    /// call, so the value is unknown (NULL in a new row).
-    pub unpaired: BTreeMap<usize, u64>,
 }
 
 impl TableWork<'_> {
@@ -379,8 +376,8 @@ pub(crate) fn plan<'a>(
                 .collapser
                 .upsert(key, at, ncols, &untouched, insert, change);
             if key_change && (change.is_none() || !paired) {
+                // Counted as unknown where the row is then inserted (apply.rs).
                 for c in placeholders() {
-                    *work.unpaired.entry(*c).or_default() += 1;
                     tracing::warn!(
                         topic = &*b.topic,
                         partition = b.partition,
@@ -447,7 +444,6 @@ fn table_index<'a>(
         collapser: Collapser::default(),
         inserts: Vec::new(),
         encs: HashMap::default(),
-        unpaired: BTreeMap::new(),
     });
     Ok(tables.len() - 1)
 }
