@@ -1,7 +1,7 @@
 //! The PostgreSQL replica against the real replica database: hand-built change batches
 //! (`hand`), and real Debezium on the source database compared row for row (`e2e`), special
-//! values included (`extremes`) and identifiers of every kind (`identifiers`); SQL Server
-//! and Db2 records built by hand (`sqlserver_db2`).
+//! values included (`extremes`), identifiers of every kind (`identifiers`) and JsonConverter
+//! without schemas (`schemaless`); SQL Server and Db2 records built by hand (`sqlserver_db2`).
 
 mod decimals;
 mod e2e;
@@ -11,6 +11,7 @@ mod fidelity;
 mod hand;
 mod identifiers;
 mod mariadb;
+mod schemaless;
 mod sqlserver_db2;
 mod support;
 mod types;
