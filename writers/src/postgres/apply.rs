@@ -172,14 +172,14 @@ impl Group {
 /// The staging table's name for column `c`: `k<i>` for the i-th key column, `c<i>` for the
 /// i-th value column.
 fn staged_as(work: &TableWork<'_>, c: &ColumnDef) -> String {
-    let key = work.pk.iter().position(|k| k.name == c.name);
-    let value = || work.cols.iter().position(|v| v.name == c.name);
-    match (key, value()) {
-        (Some(k), _) => format!("k{k}"),
-        (None, Some(i)) => format!("c{i}"),
+    if let Some(k) = work.pk.iter().position(|k| k.name == c.name) {
+        return format!("k{k}");
+    }
+    match work.cols.iter().position(|v| v.name == c.name) {
+        Some(i) => format!("c{i}"),
         // Not one of the table's columns: its own name, which the staging table lacks, so
         // the statement fails rather than reading another column.
-        (None, None) => quote(&c.name),
+        None => quote(&c.name),
     }
 }
 
