@@ -300,21 +300,7 @@ async fn decimals_wider_than_arrow_arrive_exact() {
         .collect();
     assert!(!py_rows.is_empty(), "{py}");
     assert!(py_rows.iter().all(|r| r["n"]["scale"] == "2"), "{py}");
-    let duck = crate::extremes::read(
-        &stack,
-        &[
-            "--duckdb".into(),
-            "SELECT id::VARCHAR AS id, n.scale::VARCHAR AS scale FROM read_parquet('{file}') \
-             WHERE n IS NOT NULL ORDER BY id"
-                .into(),
-            format!("{}/**/*.parquet", dir.0.display()),
-        ],
-    );
-    assert!(
-        duck.as_array()
-            .is_some_and(|a| !a.is_empty() && a.iter().all(|r| r["scale"] == "2")),
-        "{duck}"
-    );
+    crate::extremes::assert_duckdb_reads(&stack, &dir.0, "n", "scale", "2");
 
     capture.stop(&src).await;
     crate::support::exec(&src, &[format!("DROP TABLE public.{name}")]).await;

@@ -438,3 +438,30 @@ pub(crate) fn parquet_files(dir: &std::path::Path) -> Vec<String> {
 pub(crate) fn read(stack: &Stack, args: &[String]) -> Value {
     lakesink_tests::raw::read_parquet(stack, args)
 }
+
+/// Asserts that DuckDB reads `value` in every row `WHERE column IS NOT NULL` of the Parquet
+/// files under `dir`, as `column.field`, and that there are such rows.
+pub(crate) fn assert_duckdb_reads(
+    stack: &Stack,
+    dir: &std::path::Path,
+    column: &str,
+    field: &str,
+    value: &str,
+) {
+    let duck = read(
+        stack,
+        &[
+            "--duckdb".into(),
+            format!(
+                "SELECT {column}.{field}::VARCHAR AS v FROM read_parquet('{{file}}') \
+                 WHERE {column} IS NOT NULL"
+            ),
+            format!("{}/**/*.parquet", dir.display()),
+        ],
+    );
+    assert!(
+        duck.as_array()
+            .is_some_and(|a| !a.is_empty() && a.iter().all(|r| r["v"] == value)),
+        "DuckDB reads {column}.{field}: {duck}"
+    );
+}

@@ -11,6 +11,7 @@ mod fidelity;
 mod hand;
 mod identifiers;
 mod mariadb;
+mod postgis;
 mod schemaless;
 mod sqlserver_db2;
 mod support;

@@ -11,7 +11,7 @@ use super::defaults::{ColumnDefault, default_sql};
 use super::error::ReplicaError;
 use super::naming::quote;
 use super::plan::{ColumnDef, TableWork};
-use super::types::SourceType;
+use super::types::{SourceType, adjusted_from};
 
 /// A table's columns (name → type as `format_type` writes it) and primary key, in order.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -225,16 +225,6 @@ pub(crate) fn resolve_names(work: &mut TableWork<'_>, existing: Option<&TableMet
             c.name.clone_from(&c.field);
         }
     }
-}
-
-/// Whether `field` can be `name` with some characters turned into `_`, as Avro converters
-/// adjust names.
-fn adjusted_from(field: &str, name: &str) -> bool {
-    field.chars().count() == name.chars().count()
-        && field
-            .chars()
-            .zip(name.chars())
-            .all(|(f, n)| f == n || f == '_')
 }
 
 /// Gives each column about to be created (absent from `existing`) the source's own type where

@@ -247,12 +247,30 @@ const SOURCE_NAME: &str = "__debezium.source.column.name";
 /// The replica's name for the column of `field`: the source's own where Debezium sends it
 /// (as the Debezium JDBC sink does), else the field's.
 pub(crate) fn column_name(field: &Field) -> String {
-    connect_param(field, SOURCE_NAME).unwrap_or_else(|| field.name().clone())
+    source_name(field).unwrap_or_else(|| field.name().clone())
 }
 
 /// Whether Debezium says `field` holds a source column (it names the column).
 pub(crate) fn is_column(field: &Field) -> bool {
-    connect_param(field, SOURCE_NAME).is_some()
+    source_name(field).is_some()
+}
+
+/// The source column's name, where it is this field's: a named Avro type (PostGIS's
+/// `Geometry` record, say) is defined once, with the parameters of the first column using it,
+/// and shared by later columns of that type, whose fields then carry another column's name.
+/// The field's own name is the source's with what Avro cannot hold turned into `_`.
+fn source_name(field: &Field) -> Option<String> {
+    connect_param(field, SOURCE_NAME).filter(|n| adjusted_from(field.name(), n))
+}
+
+/// Whether `field` can be `name` with some characters turned into `_`, as Avro converters
+/// adjust names.
+pub(crate) fn adjusted_from(field: &str, name: &str) -> bool {
+    field.chars().count() == name.chars().count()
+        && field
+            .chars()
+            .zip(name.chars())
+            .all(|(f, n)| f == n || f == '_')
 }
 
 /// Types Debezium's PostgreSQL connector sends as their text form, which the replica can
