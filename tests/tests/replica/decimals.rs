@@ -189,29 +189,6 @@ async fn decimals_of_every_shape_arrive_exact() {
     assert_eq!(read(&r, &schema, "dec2").await, expected());
 }
 
-/// Captures `table` (created and filled by `setup`) with Debezium and `extra` settings, runs
-/// `changes`, and decodes the `count` records.
-async fn capture(
-    table: &str,
-    setup: &[String],
-    changes: &[String],
-    count: usize,
-    extra: serde_json::Value,
-) -> (sqlx::PgPool, crate::support::Capture, Vec<ChangeBatch>) {
-    let stack = lakesink_tests::Stack::from_env();
-    let src = crate::support::source_pool(&stack).await;
-    crate::support::exec(&src, setup).await;
-    let capture = crate::support::Capture::start_with(&stack, table, &[table], extra).await;
-    crate::support::exec(&src, changes).await;
-    let records = capture.read(&[count]).await;
-    let avro = lakesink_schema_registry::Format::Avro {
-        payload_ids: lakesink_schema_registry::IdKind::ContentId,
-        check_artifacts: true,
-    };
-    let batches = lakesink_tests::debezium::decode_all(&stack, avro, &records).await;
-    (src, capture, batches)
-}
-
 /// Asserts that `table`'s columns `a` and `b` hold the same text in the source and the
 /// replica, with the replica's types `types` (in the order of `a`, `b` by name).
 async fn assert_same(
@@ -254,7 +231,7 @@ async fn decimals_wider_than_arrow_arrive_exact() {
     let name = lakesink_tests::unique("wide");
     let big = format!("{}.99", "9".repeat(998));
     let n77 = "9".repeat(77);
-    let (src, capture, batches) = capture(
+    let (src, capture, batches) = crate::support::capture(
         &name,
         &[
             format!("CREATE TABLE public.{name} (id int PRIMARY KEY, n numeric(1000,2), n77 numeric(77,0))"),
@@ -313,7 +290,7 @@ async fn decimals_wider_than_arrow_arrive_exact() {
 #[tokio::test]
 async fn numeric_specials_arrive_under_string_mode() {
     let name = lakesink_tests::unique("nspecial");
-    let (src, capture, batches) = capture(
+    let (src, capture, batches) = crate::support::capture(
         &name,
         &[
             format!("CREATE TABLE public.{name} (id int PRIMARY KEY, n numeric, n2 numeric(10,2))"),

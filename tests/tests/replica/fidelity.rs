@@ -277,3 +277,73 @@ async fn columns_added_with_a_default_hold_it_in_existing_rows() {
     capture.stop(&src).await;
     exec(&src, &[format!("DROP TABLE public.{name}")]).await;
 }
+
+/// A column widened at the source mid-stream (`integer` → `bigint`, `varchar(5)` →
+/// `varchar(20)`): the records carry the wider values, which the raw layer keeps, while the
+/// replica's column keeps its type (lakesink adds columns, it does not alter them yet), so the
+/// first value it cannot hold is refused by name, never cut or wrapped, and nothing after it is
+/// applied. Widening the replica's column by hand lets the same records through.
+#[tokio::test]
+async fn a_column_widened_at_the_source_is_refused_until_widened_in_the_replica() {
+    let name = lakesink_tests::unique("widen");
+    let big = 1_i64 << 40;
+    let (src, capture, batches) = crate::support::capture(
+        &name,
+        &[
+            format!("CREATE TABLE public.{name} (id int PRIMARY KEY, i integer, v varchar(5))"),
+            format!("INSERT INTO public.{name} VALUES (1, 1, 'short')"),
+        ],
+        &[
+            format!("ALTER TABLE public.{name} ALTER COLUMN i TYPE bigint, ALTER COLUMN v TYPE varchar(20)"),
+            format!("INSERT INTO public.{name} VALUES (2, {big}, 'much longer text')"),
+        ],
+        2,
+        serde_json::json!({"column.propagate.source.type": ".*"}),
+    )
+    .await;
+    let (r, schema) = replicator(|_| {}).await;
+    r.apply("widen", &batches[..1])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let err = r.apply("widen", &batches[1..]).await.unwrap_err();
+    assert!(!err.is_retryable(), "{err}");
+    let msg = err.to_string();
+    assert!(msg.contains(&format!("table {schema}.{name}")), "{msg}");
+    let held: Vec<(i32,)> = rows(
+        &r,
+        &format!("SELECT id FROM \"{schema}\".{name} ORDER BY id"),
+    )
+    .await;
+    assert_eq!(held, vec![(1,)], "nothing after the refused row");
+
+    crate::support::exec(
+        r.pool(),
+        &[format!(
+            "ALTER TABLE \"{schema}\".{name} ALTER COLUMN i TYPE bigint, \
+             ALTER COLUMN v TYPE varchar(20)"
+        )],
+    )
+    .await;
+    // A replicator started now reads the widened table.
+    let (fresh, _) =
+        replicator(|c| c.table_name_format = format!("{schema}.${{source.table}}")).await;
+    fresh
+        .apply("widen", &batches[1..])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let got: Vec<(i32, Option<i64>, Option<String>)> = rows(
+        &fresh,
+        &format!("SELECT id, i, v::text FROM \"{schema}\".{name} ORDER BY id"),
+    )
+    .await;
+    assert_eq!(
+        got,
+        vec![
+            (1, Some(1), Some("short".into())),
+            (2, Some(big), Some("much longer text".into()))
+        ]
+    );
+
+    capture.stop(&src).await;
+    crate::support::exec(&src, &[format!("DROP TABLE public.{name}")]).await;
+}

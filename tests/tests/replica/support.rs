@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use lakesink_config::ReplicaConfig;
-use lakesink_tests::debezium::{NO_PROGRESS, connector_status};
+use lakesink_tests::debezium::{NO_PROGRESS, connector_status, decode_all};
 use lakesink_tests::{Stack, eventually, unique, unreachable};
 use lakesink_writers::PgReplicator;
 use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
@@ -310,4 +310,27 @@ impl Capture {
         .await
         .expect("drop publication");
     }
+}
+
+/// Captures `table` (created and filled by `setup`) with Debezium and `extra` settings, runs
+/// `changes`, and decodes the `count` records.
+pub(crate) async fn capture(
+    table: &str,
+    setup: &[String],
+    changes: &[String],
+    count: usize,
+    extra: serde_json::Value,
+) -> (PgPool, Capture, Vec<lakesink_schema_registry::ChangeBatch>) {
+    let stack = Stack::from_env();
+    let src = source_pool(&stack).await;
+    exec(&src, setup).await;
+    let capture = Capture::start_with(&stack, table, &[table], extra).await;
+    exec(&src, changes).await;
+    let records = capture.read(&[count]).await;
+    let avro = lakesink_schema_registry::Format::Avro {
+        payload_ids: lakesink_schema_registry::IdKind::ContentId,
+        check_artifacts: true,
+    };
+    let batches = decode_all(&stack, avro, &records).await;
+    (src, capture, batches)
 }
