@@ -1,7 +1,8 @@
 //! Source changes that reach the replica only through what Debezium leaves implicit: a primary
 //! key change of a row with unchanged TOASTed values (the new key's create carries the
-//! placeholder), and `ADD COLUMN … DEFAULT` (existing rows get the default without an event).
-//! Real Debezium on the source; the replica must equal the source in every row and column.
+//! placeholder), `ADD COLUMN … DEFAULT` (existing rows get the default without an event), and
+//! a column widened mid-stream (refused until the replica's is widened too). Real Debezium on
+//! the source; the replica must equal the source in every row and column.
 
 use arrow_array::cast::AsArray;
 use lakesink_schema_registry::{ChangeBatch, Format, IdKind};
