@@ -241,33 +241,15 @@ fn check_time_of_day(
     outer: Option<&NullBuffer>,
 ) -> Result<(), DecodeError> {
     use arrow_array::cast::AsArray;
-    use arrow_array::types::*;
-    let (values, per_day): (Vec<Option<i64>>, i64) = match column.data_type() {
-        DataType::Time32(TimeUnit::Millisecond) => (
-            column
-                .as_primitive::<Time32MillisecondType>()
-                .iter()
-                .map(|v| v.map(i64::from))
-                .collect(),
-            86_400_000,
-        ),
-        DataType::Time64(TimeUnit::Microsecond) => (
-            column
-                .as_primitive::<Time64MicrosecondType>()
-                .iter()
-                .collect(),
-            86_400_000_000,
-        ),
-        DataType::Time64(TimeUnit::Nanosecond) => (
-            column
-                .as_primitive::<Time64NanosecondType>()
-                .iter()
-                .collect(),
-            86_400_000_000_000,
-        ),
+    let per_day: i64 = match column.data_type() {
+        DataType::Time32(TimeUnit::Millisecond) => 86_400_000,
+        DataType::Time64(TimeUnit::Microsecond) => 86_400_000_000,
+        DataType::Time64(TimeUnit::Nanosecond) => 86_400_000_000_000,
         _ => return Ok(()),
     };
+    let values = arrow_cast::cast(column, &DataType::Int64).map_err(internal)?;
     let bad = values
+        .as_primitive::<arrow_array::types::Int64Type>()
         .iter()
         .enumerate()
         .filter(|(i, _)| outer.is_none_or(|n| n.is_valid(*i)))

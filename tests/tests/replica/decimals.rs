@@ -309,12 +309,7 @@ async fn numeric_specials_arrive_under_string_mode() {
     .await;
     let (r, schema) = replicator(|_| {}).await;
     // Record by record, then all again: the staged path and the replay.
-    for b in &batches {
-        r.apply("nspecial", std::slice::from_ref(b))
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-    }
-    r.apply("nspecial", &batches).await.expect("replay");
+    crate::support::apply_each_then_replay(&r, "nspecial", &batches).await;
     assert_same(
         &src,
         &r,

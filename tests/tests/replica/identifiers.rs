@@ -11,7 +11,7 @@ use lakesink_tests::{Stack, unique};
 use serde_json::{Value, json};
 use sqlx::AssertSqlSafe;
 
-use crate::support::{Capture, exec, replicator, rows, source_pool};
+use crate::support::{Capture, apply_each_then_replay, exec, replicator, rows, source_pool};
 
 /// 21 snowmen: 63 bytes, 21 characters.
 const LONG_COLUMN: &str = "☃☃☃☃☃☃☃☃☃☃☃☃☃☃☃☃☃☃☃☃☃";
@@ -133,12 +133,7 @@ async fn the_replica_keeps_the_sources_identifiers() {
     let batches = decode_all(&stack, avro, &records).await;
 
     let (r, schema) = replicator(|_| {}).await;
-    for b in &batches {
-        r.apply("ident", std::slice::from_ref(b))
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-    }
-    r.apply("ident", &batches).await.expect("replay");
+    apply_each_then_replay(&r, "ident", &batches).await;
 
     for t in [&odd, &long] {
         // Names: the replica's columns are the source's, byte for byte (key columns first).

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use lakesink_config::ReplicaConfig;
+use lakesink_schema_registry::ChangeBatch;
 use lakesink_tests::debezium::{NO_PROGRESS, connector_status, decode_all};
 use lakesink_tests::{Stack, eventually, unique, unreachable};
 use lakesink_writers::PgReplicator;
@@ -53,6 +54,16 @@ pub(crate) async fn exec(pool: &PgPool, sqls: &[String]) {
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
+}
+
+/// Applies `batches` one call each, then all again as a replay (which must be a no-op).
+pub(crate) async fn apply_each_then_replay(r: &PgReplicator, group: &str, batches: &[ChangeBatch]) {
+    for b in batches {
+        r.apply(group, std::slice::from_ref(b))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    r.apply(group, batches).await.expect("replay");
 }
 
 /// Rows of a query on the replica.
@@ -320,7 +331,7 @@ pub(crate) async fn capture(
     changes: &[String],
     count: usize,
     extra: serde_json::Value,
-) -> (PgPool, Capture, Vec<lakesink_schema_registry::ChangeBatch>) {
+) -> (PgPool, Capture, Vec<ChangeBatch>) {
     let stack = Stack::from_env();
     let src = source_pool(&stack).await;
     exec(&src, setup).await;
