@@ -21,6 +21,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use lakesink_config::{Config, LogFormat, PayloadIds, RecordFormat, RegistryApi, RegistryConfig};
+use lakesink_model::{Classify, Fault, System};
 use lakesink_schema_registry::{
     Api, Auth, CachedResolver, ChangeError, FixedResolver, Format, HttpRegistry,
     HttpRegistryConfig, IdKind,
@@ -115,7 +116,7 @@ async fn main() -> anyhow::Result<()> {
             .map_or(LogFormat::Human, |c| c.service.log_format),
     );
     let config = config?;
-    lakesink_writers::failpoint::arm(lakesink_config::failpoints_from_env());
+    lakesink_writers::failpoint::arm(lakesink_config::failpoints_from_env())?;
     if let Some(args) = tail {
         let format = record_format(&config)?;
         return match format {
@@ -213,35 +214,22 @@ async fn run(config: &Config, telemetry: Arc<Telemetry>) -> anyhow::Result<()> {
     }
 }
 
-/// Which sink and component an error that stopped the run came from, for `/status` and alerts.
+/// Which sink and component an error that stopped the run came from, for `/status` and alerts:
+/// the first error in the chain that knows its fault.
 fn blame(e: &anyhow::Error) -> (Option<&'static str>, Component) {
     for cause in e.chain() {
-        if let Some(r) = cause.downcast_ref::<ReplicaError>() {
-            let c = if r.is_retryable() {
-                Component::Database
-            } else {
-                Component::Data
-            };
-            return (Some(REPLICA), c);
-        }
-        if let Some(r) = cause.downcast_ref::<RawError>() {
-            let c = match r {
-                RawError::Data { .. } | RawError::Config(_) => Component::Data,
-                _ => Component::ObjectStore,
-            };
-            return (Some(RAW), c);
-        }
-        if let Some(c) = cause.downcast_ref::<ChangeError>() {
-            let c = if c.is_retryable() {
-                Component::Registry
-            } else {
-                Component::Data
-            };
-            return (None, c);
-        }
-        if cause.downcast_ref::<rdkafka::error::KafkaError>().is_some() {
-            return (None, Component::Kafka);
-        }
+        let (sink, fault) = if let Some(r) = cause.downcast_ref::<ReplicaError>() {
+            (Some(REPLICA), r.fault())
+        } else if let Some(r) = cause.downcast_ref::<RawError>() {
+            (Some(RAW), r.fault())
+        } else if let Some(c) = cause.downcast_ref::<ChangeError>() {
+            (None, c.fault())
+        } else if cause.downcast_ref::<rdkafka::error::KafkaError>().is_some() {
+            (None, Fault::Unavailable(System::Kafka))
+        } else {
+            continue;
+        };
+        return (sink, Component::of(fault));
     }
     (None, Component::Data)
 }

@@ -13,6 +13,7 @@ use std::time::Duration;
 use anyhow::Context;
 use futures::FutureExt;
 use lakesink_config::KafkaConfig;
+use lakesink_model::{Backoff, Classify, Fault, Retry};
 use lakesink_schema_registry::{ChangeBatch, ChangeDecoder, Format, SchemaResolver};
 use lakesink_writers::parquet::{Held, ParquetWriter, Positions};
 use rdkafka::Message;
@@ -43,7 +44,6 @@ const BATCH_ROWS: usize = 4096;
 const CHANNEL_ITEMS: usize = 2;
 /// Records taken in a row without looking at signals, the sinks and the idle timer.
 const STREAK: usize = 256;
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// What the consuming side holds: records decoded but not yet sent. Maps are keyed by topic
 /// then partition, so a record is looked up by `&str` without allocating.
@@ -480,28 +480,18 @@ async fn decode<R: SchemaResolver>(
     telemetry: &Telemetry,
     dead_letters: Option<&DeadLetters>,
 ) -> anyhow::Result<Vec<ChangeBatch>> {
-    let mut backoff = Duration::from_millis(200);
-    let mut paused = false;
+    // Every sink waits for the decoder (sink None).
+    let mut retry = Retry::new(Backoff::DEFAULT, telemetry, None, "decoding");
     loop {
-        match kafka::push(decoder, msg, Some(telemetry)).await {
-            Ok(batches) => {
-                if paused {
-                    telemetry.status.resumed(None, Component::Registry);
-                }
-                return Ok(batches);
-            }
-            Err(e) if e.is_retryable() => {
-                warn!(error = %e, retry_in = ?backoff, "registry unavailable");
-                telemetry.metrics.retry(Component::Registry.as_str());
-                // Every sink waits for the decoder.
-                telemetry
-                    .status
-                    .paused(None, Component::Registry, &e.to_string());
-                paused = true;
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(MAX_BACKOFF);
-            }
-            Err(e) if e.is_bad_record() && dead_letters.is_some() => {
+        let Some(done) = retry
+            .settle(kafka::push(decoder, msg, Some(telemetry)).await)
+            .await
+        else {
+            continue;
+        };
+        match done {
+            Ok(batches) => return Ok(batches),
+            Err(e) if e.fault() == Fault::BadData && dead_letters.is_some() => {
                 let Some(dl) = dead_letters else {
                     return Err(e.into());
                 };

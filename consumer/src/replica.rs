@@ -14,18 +14,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lakesink_config::ReplicaConfig;
+use lakesink_model::{Backoff, retrying};
 use lakesink_schema_registry::ChangeBatch;
 use lakesink_writers::{Applied, PgReplicator, ReplicaError};
 use tokio::task::JoinSet;
-use tracing::warn;
 
 use crate::dead_letter::DeadLetters;
+use crate::telemetry::Telemetry;
 use crate::telemetry::metrics::{SinkTopicLabels, TableColumnLabels};
 use crate::telemetry::status::REPLICA;
-use crate::telemetry::{Component, Telemetry};
 use lanes::{Lanes, Part, Stuck};
-
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// A lane whose transaction has run this long with the whole bounds waiting behind it is
 /// stuck (a locked table, a slow statement): its partitions are paused at the consumer so
@@ -277,32 +275,20 @@ async fn apply(
     batches: &[ChangeBatch],
     telemetry: &Telemetry,
 ) -> Result<Vec<Applied>, ReplicaError> {
-    let mut backoff = Duration::from_millis(200);
-    let mut paused = false;
-    loop {
-        let began = Instant::now();
-        match replicator.apply(group, batches).await {
-            Err(e) if e.is_retryable() => {
-                warn!(error = %e, retry_in = ?backoff, "replica apply failed; retrying");
-                telemetry.metrics.retry(Component::Database.as_str());
-                let error = e.to_string();
-                telemetry
-                    .status
-                    .paused(Some(REPLICA), Component::Database, &error);
-                paused = true;
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(MAX_BACKOFF);
-            }
-            Ok(applied) => {
-                if paused {
-                    telemetry.status.resumed(Some(REPLICA), Component::Database);
-                }
-                committed(telemetry, replicator, batches, began.elapsed());
-                return Ok(applied);
-            }
-            Err(e) => return Err(e),
-        }
-    }
+    let mut began = Instant::now();
+    let applied = retrying(
+        Backoff::DEFAULT,
+        telemetry,
+        Some(REPLICA),
+        "replica apply",
+        || {
+            began = Instant::now();
+            replicator.apply(group, batches)
+        },
+    )
+    .await?;
+    committed(telemetry, replicator, batches, began.elapsed());
+    Ok(applied)
 }
 
 /// Metrics of one committed transaction.
@@ -372,32 +358,20 @@ impl ReplicaOffsets {
         topic: &str,
         partition: i32,
     ) -> anyhow::Result<Option<i64>> {
-        let mut backoff = Duration::from_millis(200);
-        let status = &self.telemetry.status;
-        let mut paused = false;
-        loop {
-            match self
-                .replicator
-                .next_offsets(&self.group, topic, &[partition])
-                .await
-            {
-                Ok(found) => {
-                    if paused {
-                        status.resumed(Some(REPLICA), Component::Database);
-                    }
-                    return Ok(found.get(&partition).copied());
-                }
-                Err(e) if e.is_retryable() => {
-                    warn!(error = %e, retry_in = ?backoff, "replica unavailable");
-                    self.telemetry.metrics.retry(Component::Database.as_str());
-                    status.paused(Some(REPLICA), Component::Database, &e.to_string());
-                    paused = true;
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
+        let telemetry: &Telemetry = &self.telemetry;
+        let partitions = [partition];
+        let found = retrying(
+            Backoff::DEFAULT,
+            telemetry,
+            Some(REPLICA),
+            "reading the replica's offsets",
+            || {
+                self.replicator
+                    .next_offsets(&self.group, topic, &partitions)
+            },
+        )
+        .await?;
+        Ok(found.get(&partition).copied())
     }
 }
 

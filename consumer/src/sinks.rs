@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lakesink_schema_registry::{ChangeBatch, ValueShape};
+use lakesink_writers::failpoint::KAFKA_AFTER_STORE;
 use lakesink_writers::parquet::{ParquetWriter, Positions, RawError, Receipt};
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
@@ -433,11 +434,12 @@ impl Progress {
             }
             self.stored.insert(part.clone(), (mark, raw_ahead));
         }
-        if list.count() > 0
-            && let Err(e) = consumer.store_offsets(&list)
-        {
-            // A partition revoked a moment ago; its new owner starts from what was committed.
-            warn!(error = %e, "storing offsets");
+        if list.count() > 0 {
+            match consumer.store_offsets(&list) {
+                Ok(()) => lakesink_writers::failpoint::hit(KAFKA_AFTER_STORE),
+                // A partition revoked a moment ago; its new owner starts from what was committed.
+                Err(e) => warn!(error = %e, "storing offsets"),
+            }
         }
         list.count() > 0
     }

@@ -7,6 +7,9 @@ mod common;
 use common::{BASE_TS, Run, assert_exactly_once, expected};
 use lakesink_tests::workload::Table;
 use lakesink_tests::{Stack, unique};
+use lakesink_writers::failpoint::{
+    RAW_AFTER_UPLOAD, RAW_BEFORE_MARKER, RAW_BEFORE_UPLOAD, RAW_MID_MULTIPART,
+};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn each_record_lands_once_across_crashes_at_every_failpoint() {
@@ -27,10 +30,10 @@ async fn each_record_lands_once_across_crashes_at_every_failpoint() {
         "flush-size = 700\npartitioner = \"time\"\npath-format = \"'dt'=yyyy-MM-dd/'hour'=HH\"\npartition-duration-ms = 3600000\nrotate-schedule-interval-ms = 300\nrotate-interval-ms = 2000",
     );
     for failpoint in [
-        "raw.before-marker",
-        "raw.before-upload",
-        "raw.after-upload",
-        "raw.before-upload",
+        RAW_BEFORE_MARKER,
+        RAW_BEFORE_UPLOAD,
+        RAW_AFTER_UPLOAD,
+        RAW_BEFORE_UPLOAD,
     ] {
         run.crash_at(failpoint);
     }
@@ -58,7 +61,7 @@ async fn a_crash_in_the_middle_of_a_multipart_upload_loses_nothing() {
         partitions,
         "flush-size = 120000\ncodec = \"none\"\nrow-group-rows = 8192\npart-size-bytes = 5242880",
     );
-    run.crash_at("raw.mid-multipart");
+    run.crash_at(RAW_MID_MULTIPART);
     let (want, end) = expected(partitions, count);
     run.run_to_end(&end);
     let (got, files) = run.rows().await;

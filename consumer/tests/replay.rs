@@ -13,6 +13,7 @@ use common::{BASE_TS, Run, assert_exactly_once, expected};
 use futures::TryStreamExt;
 use lakesink_tests::workload::Table;
 use lakesink_tests::{Stack, unique};
+use lakesink_writers::failpoint::REPLICA_AFTER_COMMIT;
 use object_store::ObjectStoreExt;
 use object_store::path::Path;
 use sqlx::AssertSqlSafe;
@@ -165,7 +166,7 @@ async fn replay_rebuilds_the_replica_resumes_and_hands_over_to_the_live_service(
     assert!(offsets(&pg, &run.group, &topic).await.is_empty());
 
     // Replay, killed after its third commit, then run again: it resumes.
-    let out = replay(&run, &[], Some("replica.after-commit@3"));
+    let out = replay(&run, &[], Some(&format!("{REPLICA_AFTER_COMMIT}@3")));
     assert!(
         !out.status.success(),
         "the failpoint kills it: {}",

@@ -13,6 +13,10 @@ use lakesink_tests::workload::Table;
 use lakesink_tests::{Stack, unique};
 use std::sync::Arc;
 
+use lakesink_writers::failpoint::{
+    KAFKA_AFTER_STORE, RAW_AFTER_UPLOAD, REPLICA_AFTER_COMMIT, REPLICA_AFTER_COPY,
+    REPLICA_BEFORE_COMMIT,
+};
 use sqlx::postgres::PgPoolOptions;
 
 /// The replica section: one table per topic (the default `${topic}` template).
@@ -66,11 +70,12 @@ async fn both_sinks_end_exact_across_crashes_in_the_replica_and_the_raw_layer() 
     );
     // More records before each run, so every run has something left to apply.
     let failpoints = [
-        "replica.after-copy",
-        "replica.before-commit",
-        "replica.after-commit",
-        "raw.after-upload",
-        "replica.after-commit",
+        REPLICA_AFTER_COPY,
+        REPLICA_BEFORE_COMMIT,
+        REPLICA_AFTER_COMMIT,
+        RAW_AFTER_UPLOAD,
+        REPLICA_AFTER_COMMIT,
+        KAFKA_AFTER_STORE,
     ];
     let chunk = 1_000;
     for (i, failpoint) in failpoints.iter().enumerate() {
@@ -99,9 +104,9 @@ async fn the_replica_alone_resumes_from_its_own_offsets() {
     let table = Arc::new(Table::create(&stack, &topic, partitions).await);
     let run = Run::with(stack.clone(), &topic, partitions, None, &replica(&stack));
     produce_range(&stack, &table, partitions, 0..1_500).await;
-    run.crash_at("replica.after-commit");
+    run.crash_at(REPLICA_AFTER_COMMIT);
     produce_range(&stack, &table, partitions, 1_500..3_000).await;
-    run.crash_at("replica.before-commit");
+    run.crash_at(REPLICA_BEFORE_COMMIT);
     let count = 3_000;
     let (_, end) = expected(partitions, count);
     run.run_to_end(&end);

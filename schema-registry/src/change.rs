@@ -8,6 +8,7 @@
 //! `after` holding the flattened record. A tombstone joins the open batch of its partition with
 //! nulls in the value columns, so delete + tombstone pairs never split batches.
 
+use lakesink_model::{Classify, Fault};
 use std::borrow::Cow;
 // Per-record lookups: foldhash, not SipHash (keys are topic names and schema ids).
 use foldhash::{HashMap, HashSet};
@@ -260,19 +261,20 @@ impl ChangeError {
     /// not know), so other records can still be decoded; not a registry that refuses or
     /// misbehaves, which would fail every record alike.
     pub fn is_bad_record(&self) -> bool {
+        self.fault() == Fault::BadData
+    }
+}
+
+impl Classify for ChangeError {
+    fn fault(&self) -> Fault {
         match &self.kind {
-            ChangeErrorKind::Registry(e) => matches!(e, crate::RegistryError::NotFound { .. }),
+            ChangeErrorKind::Registry(e) => e.fault(),
             // Configuration, not data: every record of the topic would follow this one.
             ChangeErrorKind::Mismatch(_) | ChangeErrorKind::Decode(DecodeError::Connector(_)) => {
-                false
+                Fault::Refused(None)
             }
-            _ => true,
+            _ => Fault::BadData,
         }
-    }
-
-    /// Whether retrying the same record later can succeed (the registry was unreachable).
-    pub fn is_retryable(&self) -> bool {
-        matches!(&self.kind, ChangeErrorKind::Registry(e) if e.is_retryable())
     }
 }
 

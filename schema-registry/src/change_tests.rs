@@ -1,5 +1,6 @@
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
+use lakesink_model::Classify;
 use serde_json::json;
 
 use super::*;
@@ -217,7 +218,7 @@ async fn a_bad_record_names_its_coordinates_and_spoils_nothing() {
             .starts_with("t.public.x[3] offset 1, value:"),
         "{err}"
     );
-    assert!(!err.is_retryable());
+    assert!(!err.retryable());
     let unknown = framed(99, zigzag(1));
     let err = push(&mut dec, 1, Some(&unknown), None).await.unwrap_err();
     assert!(
@@ -381,7 +382,7 @@ async fn refused_non_data_records_are_bad_records_naming_their_place() {
         err.kind,
         ChangeErrorKind::NonData(NonData::Heartbeat)
     ));
-    assert!(err.is_bad_record() && !err.is_retryable());
+    assert!(err.is_bad_record() && !err.retryable());
     let text = err.to_string();
     assert!(
         text.contains("t.public.x[3] offset 9") && text.contains("heartbeat"),
@@ -618,7 +619,7 @@ async fn a_schema_registered_for_another_topic_stops_instead_of_being_skipped() 
         "{err}"
     );
     // Not a bad record: it stops the run even with a dead-letter topic.
-    assert!(!err.is_bad_record() && !err.is_retryable());
+    assert!(!err.is_bad_record() && !err.retryable());
     let text = err.to_string();
     for part in [
         "t.public.x[3] offset 7, value",

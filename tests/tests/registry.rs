@@ -1,5 +1,6 @@
 //! The registry client against the real Apicurio Registry, through each of its APIs.
 
+use lakesink_model::Classify;
 use std::time::Duration;
 
 use lakesink_schema_registry::registry::{Backoff, NamedSchema};
@@ -158,7 +159,7 @@ async fn an_unknown_id_is_not_found_and_not_retryable() {
             matches!(err, RegistryError::NotFound { .. }),
             "{api:?}: {err}"
         );
-        assert!(!err.is_retryable());
+        assert!(!err.retryable());
         assert!(err.to_string().contains("globalId 2147483647"), "{err}");
     }
 }
@@ -181,7 +182,7 @@ async fn an_unreachable_registry_is_retried_then_reported_as_retryable() {
         })
         .await
         .unwrap_err();
-    assert!(err.is_retryable(), "{err}");
+    assert!(err.retryable(), "{err}");
     assert!(err.to_string().contains("127.0.0.1:9"), "{err}");
     // Three waits of 10, 20 and 40 ms between four attempts.
     assert!(

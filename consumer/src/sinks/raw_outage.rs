@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use lakesink_model::{Backoff, Classify};
 use lakesink_writers::parquet::{ParquetWriter, RawError};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -15,8 +16,12 @@ use super::Part;
 use crate::telemetry::Telemetry;
 use crate::telemetry::status::{Component, RAW};
 
-const FIRST_BACKOFF: Duration = Duration::from_secs(1);
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Probes of the store: the first a second after it failed, then backing off to 30 s.
+const PROBES: Backoff = Backoff {
+    first: Duration::from_secs(1),
+    max: Duration::from_secs(30),
+    attempts: None,
+};
 
 #[derive(Default)]
 pub(super) struct RawOutage {
@@ -27,7 +32,7 @@ pub(super) struct RawOutage {
 }
 
 struct Down {
-    backoff: Duration,
+    backoff: Box<dyn Iterator<Item = Duration> + Send>,
     next_probe: Instant,
     probe: Option<JoinHandle<Result<(), RawError>>>,
 }
@@ -69,7 +74,7 @@ impl RawOutage {
         e: RawError,
         telemetry: &Telemetry,
     ) -> anyhow::Result<()> {
-        if !e.is_retryable() {
+        if !e.retryable() {
             return Err(e.into());
         }
         for ((topic, partition), from) in raw.abandon_all() {
@@ -82,9 +87,11 @@ impl RawOutage {
             .status
             .paused(Some(RAW), Component::ObjectStore, &e.to_string());
         if self.down.is_none() {
+            let mut backoff = Box::new(PROBES.delays());
+            let first = backoff.next().unwrap_or(PROBES.first);
             self.down = Some(Down {
-                backoff: FIRST_BACKOFF,
-                next_probe: Instant::now() + FIRST_BACKOFF,
+                backoff,
+                next_probe: Instant::now() + first,
                 probe: None,
             });
         }
@@ -132,9 +139,9 @@ impl RawOutage {
             }
             Err(e) => {
                 telemetry.metrics.retry(Component::ObjectStore.as_str());
-                warn!(error = %e, retry_in = ?d.backoff, "object store still unavailable");
-                d.next_probe = Instant::now() + d.backoff;
-                d.backoff = (d.backoff * 2).min(MAX_BACKOFF);
+                let wait = d.backoff.next().unwrap_or(PROBES.max);
+                warn!(error = %e, retry_in = ?wait, "object store still unavailable");
+                d.next_probe = Instant::now() + wait;
                 Vec::new()
             }
         }
@@ -169,7 +176,7 @@ mod tests {
 
     fn down() -> Down {
         Down {
-            backoff: FIRST_BACKOFF,
+            backoff: Box::new(PROBES.delays()),
             next_probe: Instant::now(),
             probe: None,
         }

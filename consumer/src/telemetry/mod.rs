@@ -16,6 +16,19 @@ pub(crate) struct Telemetry {
     pub(crate) alerter: Option<alerts::Alerter>,
 }
 
+/// Retries reach `/status` (the sink paused on the system) and the retry counter.
+impl lakesink_model::Observe for Telemetry {
+    fn retrying(&self, sink: Option<&'static str>, system: lakesink_model::System, error: &str) {
+        let c = Component::from(system);
+        self.metrics.retry(c.as_str());
+        self.status.paused(sink, c, error);
+    }
+
+    fn recovered(&self, sink: Option<&'static str>, system: lakesink_model::System) {
+        self.status.resumed(sink, system.into());
+    }
+}
+
 impl Telemetry {
     pub(crate) fn new(sinks: &[&'static str], alerter: Option<alerts::Alerter>) -> Self {
         Self {

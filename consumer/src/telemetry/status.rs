@@ -2,6 +2,7 @@
 //! component it needs is unavailable and is being retried) or FAILED (it stopped on an
 //! error). Transitions are what alerts are made of.
 
+use lakesink_model::{Fault, System};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,7 +24,23 @@ pub(crate) enum Component {
     Data,
 }
 
+impl From<System> for Component {
+    fn from(s: System) -> Self {
+        match s {
+            System::Database => Self::Database,
+            System::Registry => Self::Registry,
+            System::ObjectStore => Self::ObjectStore,
+            System::Kafka => Self::Kafka,
+        }
+    }
+}
+
 impl Component {
+    /// The component a fault blames: its system, else the data (or lakesink's own state).
+    pub(crate) fn of(fault: Fault) -> Self {
+        fault.system().map_or(Self::Data, Into::into)
+    }
+
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Database => "database",

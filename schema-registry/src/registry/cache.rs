@@ -66,6 +66,7 @@ impl<R: SchemaResolver> SchemaResolver for CachedResolver<R> {
 
 #[cfg(test)]
 mod tests {
+    use lakesink_model::Classify;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
@@ -132,7 +133,7 @@ mod tests {
     #[tokio::test]
     async fn failures_are_not_cached() {
         let cache = counting(1);
-        assert!(cache.resolve(&ID).await.unwrap_err().is_retryable());
+        assert!(cache.resolve(&ID).await.unwrap_err().retryable());
         assert!(cache.is_empty());
         assert_eq!(cache.resolve(&ID).await.unwrap().text, "globalId 7");
         cache.resolve(&ID).await.unwrap();

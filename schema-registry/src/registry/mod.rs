@@ -9,6 +9,7 @@ mod http;
 #[cfg(test)]
 mod tests;
 
+use lakesink_model::{Classify, Fault, System};
 use std::future::Future;
 use std::sync::Arc;
 
@@ -88,9 +89,15 @@ pub enum RegistryError {
     Config(String),
 }
 
-impl RegistryError {
-    /// Whether the same request may succeed later without anyone changing anything.
-    pub fn is_retryable(&self) -> bool {
-        matches!(self, RegistryError::Unavailable { .. })
+impl Classify for RegistryError {
+    fn fault(&self) -> Fault {
+        match self {
+            Self::NotFound { .. } => Fault::BadData,
+            Self::Unavailable { .. } => Fault::Unavailable(System::Registry),
+            Self::Unauthorized { .. } | Self::BadResponse { .. } => {
+                Fault::Refused(Some(System::Registry))
+            }
+            Self::Config(_) => Fault::Refused(None),
+        }
     }
 }

@@ -1,5 +1,6 @@
 //! The HTTP client against a scripted local server: token refresh on 401, retries on 503.
 
+use lakesink_model::Classify;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -112,7 +113,7 @@ async fn a_token_refused_twice_is_unauthorized() {
         matches!(err, RegistryError::Unauthorized { status: 401, .. }),
         "{err}"
     );
-    assert!(!err.is_retryable());
+    assert!(!err.retryable());
 }
 
 #[tokio::test]
@@ -166,6 +167,6 @@ async fn persistent_5xx_is_unavailable_after_the_attempts() {
         .resolve(&ID)
         .await
         .unwrap_err();
-    assert!(err.is_retryable(), "{err}");
+    assert!(err.retryable(), "{err}");
     assert_eq!(calls.load(Ordering::SeqCst), 3);
 }

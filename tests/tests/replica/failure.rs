@@ -1,6 +1,7 @@
 //! The replica's connections killed in the middle of applying: the error says a retry can
 //! help, nothing half-applied is left, and the retry applies everything exactly once.
 
+use lakesink_model::Classify;
 use std::time::Duration;
 
 use lakesink_tests::{Stack, unique};
@@ -40,7 +41,7 @@ async fn a_lost_connection_is_retryable_and_the_retry_is_exact() {
         _ = kill => unreachable!("the kill loop never ends"),
     };
     let err = first.expect_err("an apply whose session was killed fails");
-    assert!(err.is_retryable(), "{err}");
+    assert!(err.retryable(), "{err}");
     assert!(
         r.next_offsets("g", &topic, &[0])
             .await

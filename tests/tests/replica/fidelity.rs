@@ -5,6 +5,7 @@
 //! the source; the replica must equal the source in every row and column.
 
 use arrow_array::cast::AsArray;
+use lakesink_model::Classify;
 use lakesink_schema_registry::{ChangeBatch, Format, IdKind};
 use lakesink_tests::debezium::decode_all;
 use lakesink_tests::{Stack, unique, unreachable};
@@ -307,7 +308,7 @@ async fn a_column_widened_at_the_source_is_refused_until_widened_in_the_replica(
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let err = r.apply("widen", &batches[1..]).await.unwrap_err();
-    assert!(!err.is_retryable(), "{err}");
+    assert!(!err.retryable(), "{err}");
     let msg = err.to_string();
     assert!(msg.contains(&format!("table {schema}.{name}")), "{msg}");
     let held: Vec<(i32,)> = rows(

@@ -1,6 +1,7 @@
 //! Hand-built Debezium envelopes applied to the real replica: upserts, deletes, tombstones,
 //! truncates, the unchanged-TOAST placeholder, schema evolution, and replays.
 
+use lakesink_model::Classify;
 use std::sync::Arc;
 
 use arrow_array::builder::{Decimal128Builder, Int64Builder, StringBuilder};
@@ -436,7 +437,7 @@ async fn keyless_tables_insert_once() {
         false,
     );
     let err = strict.apply("g", &[b]).await.unwrap_err();
-    assert!(!err.is_retryable());
+    assert!(!err.retryable());
     let msg = err.to_string();
     assert!(
         msg.contains("[3] offset 5") && msg.contains("nokey") && msg.contains("keyless"),
@@ -476,7 +477,7 @@ async fn bad_records_stop_with_their_place_and_commit_nothing() {
         false,
     );
     let err = r.apply("g", &[b]).await.unwrap_err();
-    assert!(!err.is_retryable(), "{err}");
+    assert!(!err.retryable(), "{err}");
     let msg = err.to_string();
     assert!(
         msg.contains(&format!("{topic}[0] offset 1..=2, table {schema}.ok")),
@@ -493,7 +494,7 @@ async fn bad_records_stop_with_their_place_and_commit_nothing() {
         .await
         .err()
         .expect("no database on port 1");
-    assert!(err.is_retryable(), "{err}");
+    assert!(err.retryable(), "{err}");
 }
 
 #[tokio::test]
@@ -524,7 +525,7 @@ async fn a_value_too_long_for_a_hand_narrowed_column_is_refused_not_cut() {
             e.after = Some((name, note, 1, None));
             let b = batch(&topic, 0, "narrow", &[e], false);
             let err = fresh.apply("g", &[b]).await.unwrap_err();
-            assert!(!err.is_retryable(), "{err}");
+            assert!(!err.retryable(), "{err}");
             assert!(err.to_string().contains("too long"), "{err}");
         }
     }
@@ -690,7 +691,7 @@ async fn schema_changes_the_config_forbids_are_errors() {
         )
         .await
         .unwrap_err();
-    assert!(!err.is_retryable());
+    assert!(!err.retryable());
     assert!(
         err.to_string().contains("extra") && err.to_string().contains("offset 1"),
         "{err}"
@@ -715,7 +716,7 @@ async fn text_holding_nul_is_refused_naming_row_and_column() {
         false,
     );
     let err = r.apply("g", &[b]).await.unwrap_err();
-    assert!(!err.is_retryable(), "{err}");
+    assert!(!err.retryable(), "{err}");
     let msg = err.to_string();
     assert!(
         msg.contains(&format!("{topic}[0] offset 1"))

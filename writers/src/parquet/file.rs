@@ -79,7 +79,7 @@ impl FileWriter {
             if let Some(upload) = &mut self.multipart {
                 upload.write(&bytes);
                 upload.wait_for_capacity(PART_CONCURRENCY).await?;
-                failpoint::hit("raw.mid-multipart");
+                failpoint::hit(failpoint::RAW_MID_MULTIPART);
             }
         }
         Ok(())

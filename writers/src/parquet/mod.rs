@@ -45,6 +45,7 @@ pub use file::FileError;
 use file::{FileWriter, Sealed};
 pub use joda::JodaPattern;
 pub use key::KeyTemplate;
+use lakesink_model::{Classify, Fault, System};
 pub use marker::Marker;
 use partitioner::{Partitioner, TimeSource};
 pub use position::{Held, Positions};
@@ -94,22 +95,42 @@ pub enum RawError {
     },
     #[error("raw layer: upload task failed: {0}")]
     Task(String),
-    #[error("raw layer: object store unavailable: {0}")]
-    Unavailable(String),
+    #[error("raw layer: object store unavailable at {key}: {source}")]
+    Unavailable {
+        key: String,
+        #[source]
+        source: object_store::Error,
+    },
 }
 
-impl RawError {
-    /// Store errors: retrying the segment (after a restart from the durable offset) can help.
-    pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            Self::Marker { .. }
-                | Self::Unavailable(_)
-                | Self::File {
-                    source: FileError::Store(_),
-                    ..
-                }
-        )
+impl Classify for RawError {
+    /// Store errors: retrying the segment (from the durable offset) can help, unless the store
+    /// refused the credentials.
+    fn fault(&self) -> Fault {
+        match self {
+            Self::Config(_) => Fault::Refused(None),
+            Self::Data { .. } => Fault::BadData,
+            Self::Marker { .. } => Fault::Unavailable(System::ObjectStore),
+            Self::Unavailable { source, .. }
+            | Self::File {
+                source: FileError::Store(source),
+                ..
+            } => store_fault(source),
+            Self::File {
+                source: FileError::Parquet(_),
+                ..
+            }
+            | Self::Task(_) => Fault::Bug,
+        }
+    }
+}
+
+/// An object store error: refused credentials and permissions are for an operator to fix.
+fn store_fault(e: &object_store::Error) -> Fault {
+    match e {
+        object_store::Error::PermissionDenied { .. }
+        | object_store::Error::Unauthenticated { .. } => Fault::Refused(Some(System::ObjectStore)),
+        _ => Fault::Unavailable(System::ObjectStore),
     }
 }
 
@@ -517,7 +538,10 @@ impl ParquetWriter {
             std::process::id()
         ));
         async move {
-            let fail = |e: object_store::Error| RawError::Unavailable(format!("{key}: {e}"));
+            let fail = |source| RawError::Unavailable {
+                key: key.to_string(),
+                source,
+            };
             store
                 .put(&key, bytes::Bytes::from_static(b"lakesink").into())
                 .await
@@ -683,7 +707,7 @@ impl ParquetWriter {
             };
             st.uploading.insert(seg.start);
         }
-        failpoint::hit("raw.before-marker");
+        failpoint::hit(failpoint::RAW_BEFORE_MARKER);
         let mkey = self.marker_key(key, mkey_start);
         marker::write(&self.s.store, &mkey, &marker)
             .await
@@ -709,7 +733,7 @@ impl ParquetWriter {
             sealed_at: std::time::Instant::now(),
         };
         self.uploads.spawn(async move {
-            failpoint::hit("raw.before-upload");
+            failpoint::hit(failpoint::RAW_BEFORE_UPLOAD);
             let uploads = sealed.into_iter().map(|file| {
                 let store = store.clone();
                 let permits = permits.clone();
@@ -728,7 +752,7 @@ impl ParquetWriter {
                 }
             });
             futures::future::try_join_all(uploads).await?;
-            failpoint::hit("raw.after-upload");
+            failpoint::hit(failpoint::RAW_AFTER_UPLOAD);
             Ok(receipt)
         });
         Ok(())

@@ -400,7 +400,7 @@ pub(crate) async fn apply_table(
     }
     let staged = |r: &&Row<'_>| r.grp == 0 || !done[r.grp - 1];
     if !rows.iter().any(|r| staged(&r)) {
-        crate::failpoint::hit("replica.after-copy");
+        crate::failpoint::hit(crate::failpoint::REPLICA_AFTER_COPY);
         return Ok(counts);
     }
 
@@ -451,7 +451,7 @@ pub(crate) async fn apply_table(
     })
     .await
     .map_err(|e| e.at(&work.at))?;
-    crate::failpoint::hit("replica.after-copy");
+    crate::failpoint::hit(crate::failpoint::REPLICA_AFTER_COPY);
     let any_delete = rows.iter().any(|r| r.grp == 0);
 
     let actual = |c: &ColumnDef| meta.types.get(&c.name).map_or("text", String::as_str);

@@ -1,5 +1,7 @@
 //! The replica's one error type, classified by whether a retry can help.
 
+use lakesink_model::{Classify, Fault, System};
+
 /// Where in the input an error belongs: a record, or the whole batch range a statement covered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct At {
@@ -52,12 +54,17 @@ pub enum ReplicaError {
     Setup(String),
 }
 
-impl ReplicaError {
-    /// Whether the same call can succeed later: only when the database was unavailable.
-    pub fn is_retryable(&self) -> bool {
-        matches!(self, Self::Unavailable { .. })
+impl Classify for ReplicaError {
+    fn fault(&self) -> Fault {
+        match self {
+            Self::Unavailable { .. } => Fault::Unavailable(System::Database),
+            Self::BadData { .. } => Fault::BadData,
+            Self::Rejected { .. } | Self::Setup(_) => Fault::Refused(Some(System::Database)),
+        }
     }
+}
 
+impl ReplicaError {
     /// Classifies a database error for the statement covering `at`.
     pub(crate) fn from_sqlx(source: sqlx::Error, at: Option<At>) -> Self {
         if is_transient(&source) {
@@ -117,7 +124,7 @@ mod tests {
             sqlx::Error::Io(std::io::Error::other("reset")),
             Some(at.clone()),
         );
-        assert!(e.is_retryable());
+        assert!(e.retryable());
         assert!(
             e.to_string().contains("t[2] offset 5..=9, table public.x"),
             "{e}"
@@ -129,7 +136,7 @@ mod tests {
             },
             reason: "no key".into(),
         };
-        assert!(!bad.is_retryable());
+        assert!(!bad.retryable());
         assert_eq!(bad.to_string(), "t[2] offset 7, table public.x: no key");
     }
 }

@@ -260,9 +260,9 @@ impl PgReplicator {
             })
             .collect();
         offsets::store(&mut tx, &self.offsets, group, &next).await?;
-        crate::failpoint::hit("replica.before-commit");
+        crate::failpoint::hit(crate::failpoint::REPLICA_BEFORE_COMMIT);
         tx.commit().await.map_err(unavailable)?;
-        crate::failpoint::hit("replica.after-commit");
+        crate::failpoint::hit(crate::failpoint::REPLICA_AFTER_COMMIT);
         if let Ok(mut tables) = self.tables.lock() {
             tables.extend(changed);
         }

@@ -34,6 +34,17 @@ pub enum ReplayError {
     Store(String),
 }
 
+impl lakesink_model::Classify for ReplayError {
+    fn fault(&self) -> lakesink_model::Fault {
+        match self {
+            Self::Config(_) => lakesink_model::Fault::Refused(None),
+            Self::Store(_) => {
+                lakesink_model::Fault::Unavailable(lakesink_model::System::ObjectStore)
+            }
+        }
+    }
+}
+
 /// What is wrong with the input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProblemKind {

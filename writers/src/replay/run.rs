@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use lakesink_model::{Backoff, Classify, Observe, System, retrying};
 use lakesink_schema_registry::ChangeBatch;
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
@@ -15,9 +16,12 @@ use super::read::{Cursor, SegmentRows, read_segment};
 use super::{Problem, ProblemKind};
 use crate::postgres::{PgReplicator, ReplicaError};
 
-/// Attempts of one transaction while the replica is unavailable.
-const RETRIES: u32 = 10;
-const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// Retries of one transaction while the replica is unavailable: about a minute.
+const RETRY: Backoff = Backoff {
+    first: Duration::from_millis(200),
+    max: Duration::from_secs(10),
+    attempts: Some(10),
+};
 
 /// How to run.
 #[derive(Debug, Clone)]
@@ -375,7 +379,7 @@ async fn apply(shared: &Shared, batches: &[(ChangeBatch, Arc<str>)], lanes: &mut
     let only: Vec<ChangeBatch> = batches.iter().map(|(b, _)| b.clone()).collect();
     match apply_retrying(shared, &only, lanes).await {
         Ok(()) => true,
-        Err(e) if e.is_retryable() => {
+        Err(e) if e.retryable() => {
             shared.fail(refused(batches, &e, ProblemKind::Unavailable));
             false
         }
@@ -403,39 +407,38 @@ async fn apply_retrying(
     batches: &[ChangeBatch],
     lanes: &mut [Lane],
 ) -> Result<(), ReplicaError> {
-    let mut backoff = Duration::from_millis(200);
-    let mut tries = 0;
-    loop {
-        match shared.replicator.apply(&shared.opts.group, batches).await {
-            Ok(applied) => {
-                let stats = &shared.opts.stats;
-                for lane in lanes.iter_mut() {
-                    let d = &mut lane.done;
-                    let rows: usize = batches
-                        .iter()
-                        .filter(|b| *b.topic == *d.topic && b.partition == d.partition)
-                        .map(|b| b.rows.num_rows())
-                        .sum();
-                    d.rows_applied += rows as u64;
-                    stats.rows_applied.fetch_add(rows as u64, Ordering::Relaxed);
-                    if let Some(a) = applied
-                        .iter()
-                        .find(|a| a.topic == d.topic && a.partition == d.partition)
-                    {
-                        d.next_offset = Some(a.next_offset);
-                    }
-                }
-                stats.transactions.fetch_add(1, Ordering::Relaxed);
-                return Ok(());
-            }
-            Err(e) if e.is_retryable() && tries < RETRIES && !shared.stopping() => {
-                warn!(error = %e, retry_in = ?backoff, "replica unavailable; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(MAX_BACKOFF);
-                tries += 1;
-            }
-            Err(e) => return Err(e),
+    let applied = retrying(RETRY, shared, None, "replay apply", || {
+        shared.replicator.apply(&shared.opts.group, batches)
+    })
+    .await?;
+    let stats = &shared.opts.stats;
+    for lane in lanes.iter_mut() {
+        let d = &mut lane.done;
+        let rows: usize = batches
+            .iter()
+            .filter(|b| *b.topic == *d.topic && b.partition == d.partition)
+            .map(|b| b.rows.num_rows())
+            .sum();
+        d.rows_applied += rows as u64;
+        stats.rows_applied.fetch_add(rows as u64, Ordering::Relaxed);
+        if let Some(a) = applied
+            .iter()
+            .find(|a| a.topic == d.topic && a.partition == d.partition)
+        {
+            d.next_offset = Some(a.next_offset);
         }
+    }
+    stats.transactions.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+/// A replay retries an unavailable database a while, then reports it; it stops retrying when
+/// it is stopping.
+impl Observe for Shared {
+    fn retrying(&self, _: Option<&'static str>, _: System, _: &str) {}
+    fn recovered(&self, _: Option<&'static str>, _: System) {}
+    fn give_up(&self) -> bool {
+        self.stopping()
     }
 }
 
