@@ -146,9 +146,14 @@ impl<'a> Cfg<'a> {
 
     pub(super) fn drop(&mut self, key: &str, reason: impl Into<String>) {
         self.map.remove(key);
+        self.list_dropped(key, reason);
+    }
+
+    /// Lists as not carried over a key already taken (or a part of one, or a group).
+    pub(super) fn list_dropped(&mut self, key: impl Into<String>, reason: impl Into<String>) {
         self.dropped.push(Dropped {
             file: self.file.to_owned(),
-            key: key.to_owned(),
+            key: key.into(),
             reason: reason.into(),
         });
     }

@@ -1,6 +1,5 @@
 //! `key.converter`, `value.converter` and their settings → `kafka.format` and `[registry]`.
 
-use super::Dropped;
 use super::ImportError;
 use super::cfg::{Cfg, Connector, Section, has_provider_reference, last_segment, split_list};
 
@@ -105,14 +104,13 @@ fn key_converter(
     let same = key_class.is_none() || (key_family.is_some() && key_family == value_family);
     if !same {
         let class = key_class.unwrap_or_default();
-        cfg.dropped.push(Dropped {
-            file: cfg.file.to_owned(),
-            key: "key.converter".into(),
-            reason: format!(
+        cfg.list_dropped(
+            "key.converter",
+            format!(
                 "{}: lakesink decodes keys with the values' format (kafka.format, from value.converter)",
                 last_segment(&class)
             ),
-        });
+        );
         for k in cfg.keys_with_prefix("key.converter.") {
             cfg.drop(
                 &k,
@@ -178,11 +176,10 @@ fn apicurio(cfg: &mut Cfg<'_>, part: &mut Connector, prefix: &str) -> Result<(),
     if let Some(enc) = cfg.plain(&k("apicurio.registry.avro.encoding"))
         && !enc.eq_ignore_ascii_case("BINARY")
     {
-        cfg.dropped.push(Dropped {
-            file: cfg.file.to_owned(),
-            key: k("apicurio.registry.avro.encoding"),
-            reason: "lakesink decodes Avro's binary encoding only".into(),
-        });
+        cfg.list_dropped(
+            k("apicurio.registry.avro.encoding"),
+            "lakesink decodes Avro's binary encoding only",
+        );
     }
     // Basic auth: 3.x names, then 2.x names.
     for (user, pass) in [
@@ -276,11 +273,10 @@ fn confluent(cfg: &mut Cfg<'_>, part: &mut Connector, prefix: &str) {
             }
         }
         if urls.next().is_some() {
-            cfg.dropped.push(Dropped {
-                file: cfg.file.to_owned(),
-                key: format!("{} (URLs after the first)", k("schema.registry.url")),
-                reason: "lakesink asks one registry URL".into(),
-            });
+            cfg.list_dropped(
+                format!("{} (URLs after the first)", k("schema.registry.url")),
+                "lakesink asks one registry URL",
+            );
         }
     }
     confluent_basic_auth(cfg, part, prefix);
@@ -300,11 +296,10 @@ fn confluent(cfg: &mut Cfg<'_>, part: &mut Connector, prefix: &str) {
             ],
         );
     } else if let Some(b) = bearer {
-        cfg.dropped.push(Dropped {
-            file: cfg.file.to_owned(),
-            key: k("bearer.auth.credentials.source"),
-            reason: format!("{b}: lakesink's registry auth is basic or OAuth client credentials"),
-        });
+        cfg.list_dropped(
+            k("bearer.auth.credentials.source"),
+            format!("{b}: lakesink's registry auth is basic or OAuth client credentials"),
+        );
     }
 }
 
@@ -329,11 +324,10 @@ fn confluent_basic_auth(cfg: &mut Cfg<'_>, part: &mut Connector, prefix: &str) {
             part.registry.set("password", r);
         }
         _ => {
-            cfg.dropped.push(Dropped {
-                file: cfg.file.to_owned(),
-                key: info_key.clone(),
-                reason: "not a literal user:password: set registry.username and registry.password (env:NAME)".into(),
-            });
+            cfg.list_dropped(
+                info_key.clone(),
+                "not a literal user:password: set registry.username and registry.password (env:NAME)",
+            );
         }
     }
 }

@@ -3,7 +3,7 @@
 use toml::Value;
 
 use super::cfg::{Cfg, Connector, Kind, RETRIES, split_list};
-use super::{Dropped, ImportError, jdbc_url};
+use super::{ImportError, jdbc_url};
 
 pub(super) fn jdbc(cfg: &mut Cfg<'_>, part: &mut Connector) -> Result<(), ImportError> {
     let dz = part.kind == Kind::DebeziumJdbc;
@@ -42,11 +42,7 @@ fn connection(cfg: &mut Cfg<'_>, part: &mut Connector, dz: bool) -> Result<(), I
         .map_err(|e| cfg.err(format!("connection.url: {e}")))?;
     part.replica.set("url", pg.url);
     for (k, reason) in pg.dropped {
-        cfg.dropped.push(Dropped {
-            file: cfg.file.to_owned(),
-            key: k,
-            reason,
-        });
+        cfg.list_dropped(k, reason);
     }
     let password = cfg.take("connection.password");
     let (pw_key, pw) = match (pg.password, password) {
@@ -88,13 +84,12 @@ fn table_names(cfg: &mut Cfg<'_>, part: &mut Connector, dz: bool) {
             Some(s) if s.ends_with("PassthroughCollectionNamingStrategy") => {
                 part.replica.set("dots-to-underscores", false);
             }
-            Some(s) => cfg.dropped.push(Dropped {
-                file: cfg.file.to_owned(),
-                key: k.into(),
-                reason: format!(
+            Some(s) => cfg.list_dropped(
+                k,
+                format!(
                     "{s}: a custom naming strategy; lakesink substitutes table-name-format with dots-to-underscores"
                 ),
-            }),
+            ),
         }
     }
 }
@@ -110,13 +105,12 @@ fn primary_key(cfg: &mut Cfg<'_>, part: &mut Connector, dz: bool) {
         None => {}
         Some(m) if m == "record_key" => part.replica.set("pk-mode", "record-key"),
         Some(m) if m == "record_value" => part.replica.set("pk-mode", "record-value"),
-        Some(m) => cfg.dropped.push(Dropped {
-            file: cfg.file.to_owned(),
-            key: mode_key.into(),
-            reason: format!(
+        Some(m) => cfg.list_dropped(
+            mode_key,
+            format!(
                 "{m}: lakesink keys rows by the record key (record_key) or value fields (record_value); record_key is used"
             ),
-        }),
+        ),
     }
     if let Some(fields) = cfg.plain(fields_key) {
         let list: Vec<Value> = split_list(&fields).into_iter().map(Value::String).collect();
@@ -135,13 +129,12 @@ fn applied(cfg: &mut Cfg<'_>, part: &mut Connector, dz: bool) -> Result<(), Impo
     {
         None => {}
         Some(m) if m == "upsert" => {}
-        Some(m) => cfg.dropped.push(Dropped {
-            file: cfg.file.to_owned(),
-            key: "insert.mode".into(),
-            reason: format!(
+        Some(m) => cfg.list_dropped(
+            "insert.mode",
+            format!(
                 "{m}: lakesink always upserts, so a replayed record converges instead of failing"
             ),
-        }),
+        ),
     }
     // Connect's default is false for both.
     let delete = cfg.bool("delete.enabled")?.unwrap_or(false);
@@ -226,11 +219,10 @@ fn not_carried(cfg: &mut Cfg<'_>, dz: bool) {
         if let Some(tz) = cfg.plain(k)
             && tz != "UTC"
         {
-            cfg.dropped.push(Dropped {
-                file: cfg.file.to_owned(),
-                key: k.into(),
-                reason: "lakesink writes instants as timestamptz and local times as written".into(),
-            });
+            cfg.list_dropped(
+                k,
+                "lakesink writes instants as timestamptz and local times as written",
+            );
         }
     }
 }

@@ -6,7 +6,7 @@ use super::converters::converters;
 use super::jdbc::jdbc;
 use super::s3::s3;
 use super::transforms::{errors, transforms};
-use super::{Dropped, ImportError, Input, parse};
+use super::{ImportError, Input, parse};
 
 const S3_SINK: &str = "io.confluent.connect.s3.S3SinkConnector";
 const CONFLUENT_JDBC_SINK: &str = "io.confluent.connect.jdbc.JdbcSinkConnector";
@@ -102,11 +102,10 @@ fn common(cfg: &mut Cfg<'_>, part: &mut Connector) -> Result<(), ImportError> {
     if let Some(h) = cfg.take("header.converter")
         && !h.ends_with("SimpleHeaderConverter")
     {
-        cfg.dropped.push(Dropped {
-            file: cfg.file.to_owned(),
-            key: "header.converter".into(),
-            reason: "lakesink reads only the Apicurio id headers, as bytes".into(),
-        });
+        cfg.list_dropped(
+            "header.converter",
+            "lakesink reads only the Apicurio id headers, as bytes",
+        );
     }
     Ok(())
 }

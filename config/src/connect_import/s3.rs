@@ -2,9 +2,9 @@
 
 use toml::Value;
 
+use super::ImportError;
 use super::cfg::{Cfg, Connector, RETRIES, has_provider_reference, last_segment, split_list};
 use super::transforms::{Unwrap, event_path};
-use super::{Dropped, ImportError};
 
 const PARTITIONER_PKG: &str = "io.confluent.connect.storage.partitioner.";
 
@@ -125,13 +125,12 @@ fn partitioner(cfg: &mut Cfg<'_>, part: &mut Connector) -> bool {
                 return true;
             }
             let class = partitioner.clone().unwrap_or_default();
-            cfg.dropped.push(Dropped {
-                file: cfg.file.to_owned(),
-                key: "partitioner.class".into(),
-                reason: format!(
+            cfg.list_dropped(
+                "partitioner.class",
+                format!(
                     "{class}: a custom partitioner; lakesink has default, time and field partitioners (the default one is used)"
                 ),
-            });
+            );
             false
         }
     }
@@ -196,13 +195,12 @@ fn timestamp(cfg: &mut Cfg<'_>, part: &mut Connector, time: bool, unwrapped: boo
             part.raw
                 .set("timestamp-field", event_path(&field, unwrapped));
         }
-        Some(other) => cfg.dropped.push(Dropped {
-            file: cfg.file.to_owned(),
-            key: "timestamp.extractor".into(),
-            reason: format!(
+        Some(other) => cfg.list_dropped(
+            "timestamp.extractor",
+            format!(
                 "{other}: a custom extractor; lakesink has Record, RecordField and Wallclock (Record is used)"
             ),
-        }),
+        ),
     }
     cfg.drop_set(
         &["timestamp.field"],
@@ -260,11 +258,10 @@ fn content(cfg: &mut Cfg<'_>, part: &mut Connector, unwrap: Option<&(Unwrap, Str
             part.raw.set("tombstones", "keep");
         }
         Some(b) if b == "write" => {}
-        Some(_) => cfg.dropped.push(Dropped {
-            file: cfg.file.to_owned(),
-            key: "behavior.on.null.values".into(),
-            reason: "lakesink never stops at a tombstone: it writes it as a key-only row (tombstones = \"keep\") or skips it (\"skip\")".into(),
-        }),
+        Some(_) => cfg.list_dropped(
+            "behavior.on.null.values",
+            "lakesink never stops at a tombstone: it writes it as a key-only row (tombstones = \"keep\") or skips it (\"skip\")",
+        ),
     }
 }
 
@@ -274,11 +271,10 @@ fn format(cfg: &mut Cfg<'_>, part: &mut Connector) -> Result<(), ImportError> {
     match cfg.plain("format.class") {
         None => {}
         Some(f) if f.ends_with("ParquetFormat") => {}
-        Some(f) => cfg.dropped.push(Dropped {
-            file: cfg.file.to_owned(),
-            key: "format.class".into(),
-            reason: format!("{}: lakesink writes Parquet only", last_segment(&f)),
-        }),
+        Some(f) => cfg.list_dropped(
+            "format.class",
+            format!("{}: lakesink writes Parquet only", last_segment(&f)),
+        ),
     }
     if let Some(codec) = cfg.plain("parquet.codec") {
         match codec.to_ascii_lowercase().as_str() {
@@ -288,13 +284,12 @@ fn format(cfg: &mut Cfg<'_>, part: &mut Connector) -> Result<(), ImportError> {
                 }
             }
             "none" | "uncompressed" => part.raw.set("codec", "none"),
-            other => cfg.dropped.push(Dropped {
-                file: cfg.file.to_owned(),
-                key: "parquet.codec".into(),
-                reason: format!(
+            other => cfg.list_dropped(
+                "parquet.codec",
+                format!(
                     "{other}: lakesink writes snappy, gzip, zstd, lz4 or none (snappy is used)"
                 ),
-            }),
+            ),
         }
     }
     if let Some(p) = cfg.int("s3.part.size")? {
@@ -302,22 +297,20 @@ fn format(cfg: &mut Cfg<'_>, part: &mut Connector) -> Result<(), ImportError> {
     }
     match cfg.plain("schema.compatibility").as_deref() {
         None | Some("NONE") => {}
-        Some(c) => cfg.dropped.push(Dropped {
-            file: cfg.file.to_owned(),
-            key: "schema.compatibility".into(),
-            reason: format!(
+        Some(c) => cfg.list_dropped(
+            "schema.compatibility",
+            format!(
                 "{c}: lakesink never projects records to another schema version; each writer schema gets its own file in a segment"
             ),
-        }),
+        ),
     }
     match cfg.plain("storage.class") {
         None => {}
         Some(s) if s.ends_with("S3Storage") => {}
-        Some(s) => cfg.dropped.push(Dropped {
-            file: cfg.file.to_owned(),
-            key: "storage.class".into(),
-            reason: format!("{s}: lakesink writes to S3 through its own client"),
-        }),
+        Some(s) => cfg.list_dropped(
+            "storage.class",
+            format!("{s}: lakesink writes to S3 through its own client"),
+        ),
     }
     Ok(())
 }
@@ -342,11 +335,10 @@ fn store(cfg: &mut Cfg<'_>, part: &mut Connector) -> Result<(), ImportError> {
     }
     if let Some(id) = cfg.take("aws.access.key.id") {
         if has_provider_reference(&id) {
-            cfg.dropped.push(Dropped {
-                file: cfg.file.to_owned(),
-                key: "aws.access.key.id".into(),
-                reason: "a config-provider reference: set raw.store.access-key-id (or LAKESINK__RAW__STORE__ACCESS_KEY_ID)".into(),
-            });
+            cfg.list_dropped(
+                "aws.access.key.id",
+                "a config-provider reference: set raw.store.access-key-id (or LAKESINK__RAW__STORE__ACCESS_KEY_ID)",
+            );
         } else {
             part.store.set("access-key-id", id);
         }
@@ -378,21 +370,19 @@ fn not_carried(cfg: &mut Cfg<'_>) -> Result<(), ImportError> {
     }
     for k in ["store.kafka.keys", "store.kafka.headers"] {
         if cfg.bool(k)? == Some(true) {
-            cfg.dropped.push(Dropped {
-                file: cfg.file.to_owned(),
-                key: k.into(),
-                reason: "no sidecar files: the key is a column of every row (content = \"envelope\"), headers are not stored".into(),
-            });
+            cfg.list_dropped(
+                k,
+                "no sidecar files: the key is a column of every row (content = \"envelope\"), headers are not stored",
+            );
         }
     }
     if let Some(c) = cfg.plain("s3.compression.type")
         && c != "none"
     {
-        cfg.dropped.push(Dropped {
-            file: cfg.file.to_owned(),
-            key: "s3.compression.type".into(),
-            reason: "ignored by the S3 sink for Parquet (parquet.codec compresses)".into(),
-        });
+        cfg.list_dropped(
+            "s3.compression.type",
+            "ignored by the S3 sink for Parquet (parquet.codec compresses)",
+        );
     }
     Ok(())
 }

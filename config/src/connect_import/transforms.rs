@@ -1,8 +1,8 @@
 //! Single message transforms (only Debezium's unwrap SMT means something to lakesink) and
 //! Connect's error handling keys.
 
+use super::ImportError;
 use super::cfg::{Cfg, Connector, Kind, NO_SMT, RETRIES, last_segment, split_list};
-use super::{Dropped, ImportError};
 
 const UNWRAP: &str = "io.debezium.transforms.ExtractNewRecordState";
 
@@ -24,11 +24,7 @@ pub(super) fn transforms(cfg: &mut Cfg<'_>, kind: Kind) -> Option<(Unwrap, Strin
             if ty.contains("Router") {
                 reason.push_str("; tables and paths are named after the topic as read");
             }
-            cfg.dropped.push(Dropped {
-                file: cfg.file.to_owned(),
-                key: format!("{prefix}*"),
-                reason,
-            });
+            cfg.list_dropped(format!("{prefix}*"), reason);
             for k in cfg.keys_with_prefix(&prefix) {
                 cfg.map.remove(&k);
             }
@@ -94,23 +90,19 @@ pub(super) fn errors(cfg: &mut Cfg<'_>, part: &mut Connector) -> Result<(), Impo
                 part.errors.set("dead-letter-context-headers", h);
             }
         }
-        (Some("all"), _) => cfg.dropped.push(Dropped {
-            file: cfg.file.to_owned(),
-            key: "errors.tolerance".into(),
-            reason: "lakesink tolerates bad records only into a dead-letter topic (errors.dead-letter-topic), never by skipping them; without one it stops at the record, naming its topic, partition and offset".into(),
-        }),
+        (Some("all"), _) => cfg.list_dropped(
+            "errors.tolerance",
+            "lakesink tolerates bad records only into a dead-letter topic (errors.dead-letter-topic), never by skipping them; without one it stops at the record, naming its topic, partition and offset",
+        ),
         _ => {}
     }
     cfg.take("errors.deadletterqueue.context.headers.enable");
     cfg.take("errors.log.enable");
     if cfg.bool("errors.log.include.messages")? == Some(true) {
-        cfg.dropped.push(Dropped {
-            file: cfg.file.to_owned(),
-            key: "errors.log.include.messages".into(),
-            reason:
-                "lakesink logs a failing record's topic, partition and offset, never its contents"
-                    .into(),
-        });
+        cfg.list_dropped(
+            "errors.log.include.messages",
+            "lakesink logs a failing record's topic, partition and offset, never its contents",
+        );
     }
     for k in cfg.keys_with_prefix("errors.deadletterqueue.") {
         cfg.drop(
