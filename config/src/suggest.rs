@@ -1,32 +1,5 @@
 //! "Did you mean …?" for unknown keys: the expected key closest to the unknown one.
 
-/// Edit distance over chars (optimal string alignment: insertions, deletions, substitutions
-/// and transpositions of neighbours each count one).
-pub(crate) fn distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for (i, row) in d.iter_mut().enumerate() {
-        row[0] = i;
-    }
-    for (j, cell) in d[0].iter_mut().enumerate() {
-        *cell = j;
-    }
-    for i in 1..=a.len() {
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut v = (d[i - 1][j] + 1)
-                .min(d[i][j - 1] + 1)
-                .min(d[i - 1][j - 1] + cost);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                v = v.min(d[i - 2][j - 2] + 1);
-            }
-            d[i][j] = v;
-        }
-    }
-    d[a.len()][b.len()]
-}
-
 /// The spelling lakesink uses for a key written Kafka Connect style (`flush.size`), in
 /// snake case (`flush_size`) or in another case: lower case, `-` between words.
 pub(crate) fn kebab(key: &str) -> String {
@@ -41,7 +14,9 @@ pub(crate) fn suggest<'a>(unknown: &str, expected: &[&'a str]) -> Option<&'a str
     }
     let best = expected
         .iter()
-        .map(|e| (distance(&k, e), *e))
+        // Optimal string alignment: a transposition of neighbours counts one edit, like the
+        // other edits.
+        .map(|e| (strsim::osa_distance(&k, e), *e))
         .min_by_key(|(d, _)| *d)?;
     // One edit in four characters, at least one, at most three.
     let limit = (k.chars().count() / 4).clamp(1, 3);
@@ -75,6 +50,7 @@ fn backticked(s: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use strsim::osa_distance as distance;
 
     #[test]
     fn distances() {
