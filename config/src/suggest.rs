@@ -23,28 +23,16 @@ pub(crate) fn suggest<'a>(unknown: &str, expected: &[&'a str]) -> Option<&'a str
     (best.0 <= limit).then_some(best.1)
 }
 
-/// From a serde "unknown field" message, the unknown key and what it should be: serde lists
-/// the expected fields in the message itself (`unknown field `x`, expected one of `a`, `b``).
-pub(crate) fn from_message(message: &str) -> Option<(String, String)> {
-    let rest = message.split("unknown field `").nth(1)?;
-    let (unknown, rest) = rest.split_once('`')?;
-    let expected: Vec<&str> = if let Some(list) = rest.split_once("expected one of ") {
-        list.1.split(", ").filter_map(backticked).collect()
-    } else if let Some(one) = rest.split_once("expected ") {
-        backticked(one.1.split_whitespace().next()?)
-            .into_iter()
-            .collect()
-    } else {
-        Vec::new()
-    };
-    let s = suggest(unknown, &expected)?;
-    Some((unknown.to_owned(), s.to_owned()))
-}
-
-fn backticked(s: &str) -> Option<&str> {
-    let s = s.trim_start_matches('`');
-    let end = s.find('`')?;
-    Some(&s[..end])
+/// The keys a serde "unknown field" message about `unknown` says were expected (serde lists
+/// them only in the message: `unknown field `x`, expected one of `a`, `b``, or `expected `a``,
+/// or `expected `a` or `b``); None for another message.
+pub(crate) fn expected_keys<'m>(message: &'m str, unknown: &str) -> Option<Vec<&'m str>> {
+    let head = format!("unknown field `{unknown}`, ");
+    let rest = &message[message.find(&head)? + head.len()..];
+    // toml adds the table's name on a line of its own.
+    let line = rest.lines().next().unwrap_or_default();
+    let list = line.strip_prefix("expected ").unwrap_or_default();
+    Some(list.split('`').skip(1).step_by(2).collect())
 }
 
 #[cfg(test)]
@@ -78,17 +66,38 @@ mod tests {
         assert_eq!(suggest("ur", &keys), Some("url"));
     }
 
+    /// The suggestion for `unknown` among the keys a serde message lists.
+    fn from_message(message: &str, unknown: &str) -> Option<String> {
+        suggest(unknown, &expected_keys(message, unknown)?).map(str::to_owned)
+    }
+
     #[test]
     fn parses_serde_messages() {
         let m = "unknown field `flush.size`, expected one of `url`, `store`, `flush-size`";
-        assert_eq!(
-            from_message(m),
-            Some(("flush.size".into(), "flush-size".into()))
-        );
+        assert_eq!(from_message(m, "flush.size"), Some("flush-size".into()));
         let m = "unknown field `ulr`, expected `url`";
-        assert_eq!(from_message(m), Some(("ulr".into(), "url".into())));
+        assert_eq!(from_message(m, "ulr"), Some("url".into()));
         assert_eq!(
-            from_message("unknown field `zzz`, there are no fields"),
+            from_message("unknown field `zzz`, there are no fields", "zzz"),
+            None
+        );
+    }
+
+    #[test]
+    fn expected_keys_in_each_shape() {
+        let m = "unknown field `x`, expected one of `url`, `store`\nin `raw`\n";
+        assert_eq!(expected_keys(m, "x"), Some(vec!["url", "store"]));
+        let m = "unknown field `x`, expected `endpoint` or `options`\nin `raw.store`\n";
+        assert_eq!(expected_keys(m, "x"), Some(vec!["endpoint", "options"]));
+        let m = "unknown field `x`, there are no fields";
+        assert_eq!(expected_keys(m, "x"), Some(vec![]));
+        // About another key, or not about a key.
+        assert_eq!(
+            expected_keys("unknown field `y`, expected `url`", "x"),
+            None
+        );
+        assert_eq!(
+            expected_keys("invalid type: string \"x\", expected i64", "x"),
             None
         );
     }
