@@ -303,9 +303,12 @@ impl Config {
             message: e.to_string(),
         })?;
         let from_env = overrides::apply(&mut doc, env)?;
-        let config: Config = doc.clone().try_into().map_err(|e: toml::de::Error| {
-            unknown_key_error(&doc, origin, &from_env, e.to_string())
-        })?;
+        let config: Config = serde_path_to_error::deserialize(doc.clone()).map_err(
+            |e: serde_path_to_error::Error<toml::de::Error>| {
+                let path = key_path(e.path());
+                unknown_key_error(&doc, origin, &from_env, path, e.into_inner().to_string())
+            },
+        )?;
         config.validate()?;
         Ok(config)
     }
@@ -420,31 +423,42 @@ impl Config {
     }
 }
 
+/// Where a deserialization error is, as table keys; None past anything but a table.
+fn key_path(path: &serde_path_to_error::Path) -> Option<Vec<String>> {
+    path.iter()
+        .map(|segment| match segment {
+            serde_path_to_error::Segment::Map { key } => Some(key.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// A deserialization error, with the unknown key's place, a suggestion when one is close,
-/// and the environment variable that set it when one did.
+/// and the environment variable that set it when one did. `path` is where serde failed:
+/// for an unknown key, the key itself.
 fn unknown_key_error(
     doc: &toml::Table,
     origin: &str,
     from_env: &[(Vec<String>, String)],
+    path: Option<Vec<String>>,
     message: String,
 ) -> ConfigError {
-    let Some(unknown) = message
-        .split("unknown field `")
-        .nth(1)
-        .and_then(|r| r.split_once('`'))
-        .map(|(k, _)| k.to_owned())
-    else {
+    let found = path.as_deref().and_then(|path| {
+        let (unknown, _) = path.split_last()?;
+        // serde names what it expected only in the message.
+        let expected = suggest::expected_keys(&message, unknown)?;
+        Some((path, unknown, expected))
+    });
+    let Some((path, unknown, expected)) = found else {
         return ConfigError::Parse {
             origin: origin.to_owned(),
             message,
         };
     };
-    // Where the key is: the first table holding it (serde does not say).
-    let place = locate(doc, &unknown);
-    let mut suggestion = suggest::from_message(&message).map(|(_, s)| s);
+    let mut suggestion = suggest::suggest(unknown, &expected).map(str::to_owned);
     // `flush.size = 1` is a TOML dotted key: a table `flush` holding `size`.
     if suggestion.is_none()
-        && let Some((_, toml::Value::Table(t))) = &place
+        && let Some(toml::Value::Table(t)) = lookup(doc, path)
     {
         let mut dotted = unknown.clone();
         let mut t = t;
@@ -456,27 +470,19 @@ fn unknown_key_error(
                 _ => break,
             }
         }
-        suggestion = suggest::from_message(&message.replacen(&unknown, &dotted, 1))
-            .map(|(_, s)| s)
-            .filter(|s| suggest::kebab(&dotted) == *s);
+        suggestion = suggest::suggest(&dotted, &expected)
+            .filter(|s| suggest::kebab(&dotted) == *s)
+            .map(str::to_owned);
     }
-    let parents: Vec<String> = place.as_ref().map(|(p, _)| p.clone()).unwrap_or_default();
-    let full = parents
-        .iter()
-        .chain(std::iter::once(&unknown))
-        .cloned()
-        .collect::<Vec<_>>()
-        .join(".");
-    let mut text = format!("unknown key `{full}`");
+    let parents = &path[..path.len() - 1];
+    let mut text = format!("unknown key `{}`", path.join("."));
     if let Some(s) = &suggestion {
         text.push_str(&format!("; did you mean `{s}`?"));
     }
     text.push_str(&format!(" ({})", message.trim()));
-    let mut path = parents.clone();
-    path.push(unknown.clone());
-    if let Some((_, var)) = from_env.iter().find(|(p, _)| p.starts_with(&path)) {
+    if let Some((_, var)) = from_env.iter().find(|(p, _)| p.starts_with(path)) {
         if let Some(s) = &suggestion {
-            let mut good = parents.clone();
+            let mut good = parents.to_vec();
             good.push(s.clone());
             text.push_str(&format!(" (set {})", overrides::var_name(&good)));
         }
@@ -491,20 +497,14 @@ fn unknown_key_error(
     }
 }
 
-/// The path of the first table (depth first, in key order) holding `key`, and its value.
-fn locate(doc: &toml::Table, key: &str) -> Option<(Vec<String>, toml::Value)> {
-    if let Some(v) = doc.get(key) {
-        return Some((Vec::new(), v.clone()));
+/// The value at `path` in `doc`.
+fn lookup<'a>(doc: &'a toml::Table, path: &[String]) -> Option<&'a toml::Value> {
+    let (last, parents) = path.split_last()?;
+    let mut table = doc;
+    for k in parents {
+        table = table.get(k)?.as_table()?;
     }
-    for (k, v) in doc {
-        if let toml::Value::Table(t) = v
-            && let Some((mut path, v)) = locate(t, key)
-        {
-            path.insert(0, k.clone());
-            return Some((path, v));
-        }
-    }
-    None
+    table.get(last)
 }
 
 #[cfg(test)]
@@ -730,6 +730,16 @@ mod tests {
         assert!(!err.to_string().contains("did you mean"), "{err}");
         let err = parse(&format!("{BASE}brokerz = 1\n"), &[]).unwrap_err();
         assert!(err.to_string().contains("did you mean `brokers`?"), "{err}");
+    }
+
+    #[test]
+    fn an_unknown_key_is_named_in_its_own_table() {
+        // `flush-size` is a key of [raw], not of [replica].
+        let text = format!(
+            "{BASE}[raw]\nurl = \"memory://x\"\nflush-size = 5\n[replica]\nflush-size = 5\n"
+        );
+        let err = parse(&text, &[]).unwrap_err().to_string();
+        assert!(err.contains("unknown key `replica.flush-size`"), "{err}");
     }
 
     #[test]

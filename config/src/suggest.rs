@@ -1,32 +1,5 @@
 //! "Did you mean …?" for unknown keys: the expected key closest to the unknown one.
 
-/// Edit distance over chars (optimal string alignment: insertions, deletions, substitutions
-/// and transpositions of neighbours each count one).
-pub(crate) fn distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for (i, row) in d.iter_mut().enumerate() {
-        row[0] = i;
-    }
-    for (j, cell) in d[0].iter_mut().enumerate() {
-        *cell = j;
-    }
-    for i in 1..=a.len() {
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut v = (d[i - 1][j] + 1)
-                .min(d[i][j - 1] + 1)
-                .min(d[i - 1][j - 1] + cost);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                v = v.min(d[i - 2][j - 2] + 1);
-            }
-            d[i][j] = v;
-        }
-    }
-    d[a.len()][b.len()]
-}
-
 /// The spelling lakesink uses for a key written Kafka Connect style (`flush.size`), in
 /// snake case (`flush_size`) or in another case: lower case, `-` between words.
 pub(crate) fn kebab(key: &str) -> String {
@@ -41,40 +14,31 @@ pub(crate) fn suggest<'a>(unknown: &str, expected: &[&'a str]) -> Option<&'a str
     }
     let best = expected
         .iter()
-        .map(|e| (distance(&k, e), *e))
+        // Optimal string alignment: a transposition of neighbours counts one edit, like the
+        // other edits.
+        .map(|e| (strsim::osa_distance(&k, e), *e))
         .min_by_key(|(d, _)| *d)?;
     // One edit in four characters, at least one, at most three.
     let limit = (k.chars().count() / 4).clamp(1, 3);
     (best.0 <= limit).then_some(best.1)
 }
 
-/// From a serde "unknown field" message, the unknown key and what it should be: serde lists
-/// the expected fields in the message itself (`unknown field `x`, expected one of `a`, `b``).
-pub(crate) fn from_message(message: &str) -> Option<(String, String)> {
-    let rest = message.split("unknown field `").nth(1)?;
-    let (unknown, rest) = rest.split_once('`')?;
-    let expected: Vec<&str> = if let Some(list) = rest.split_once("expected one of ") {
-        list.1.split(", ").filter_map(backticked).collect()
-    } else if let Some(one) = rest.split_once("expected ") {
-        backticked(one.1.split_whitespace().next()?)
-            .into_iter()
-            .collect()
-    } else {
-        Vec::new()
-    };
-    let s = suggest(unknown, &expected)?;
-    Some((unknown.to_owned(), s.to_owned()))
-}
-
-fn backticked(s: &str) -> Option<&str> {
-    let s = s.trim_start_matches('`');
-    let end = s.find('`')?;
-    Some(&s[..end])
+/// The keys a serde "unknown field" message about `unknown` says were expected (serde lists
+/// them only in the message: `unknown field `x`, expected one of `a`, `b``, or `expected `a``,
+/// or `expected `a` or `b``); None for another message.
+pub(crate) fn expected_keys<'m>(message: &'m str, unknown: &str) -> Option<Vec<&'m str>> {
+    let head = format!("unknown field `{unknown}`, ");
+    let rest = &message[message.find(&head)? + head.len()..];
+    // toml adds the table's name on a line of its own.
+    let line = rest.lines().next().unwrap_or_default();
+    let list = line.strip_prefix("expected ").unwrap_or_default();
+    Some(list.split('`').skip(1).step_by(2).collect())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use strsim::osa_distance as distance;
 
     #[test]
     fn distances() {
@@ -102,17 +66,38 @@ mod tests {
         assert_eq!(suggest("ur", &keys), Some("url"));
     }
 
+    /// The suggestion for `unknown` among the keys a serde message lists.
+    fn from_message(message: &str, unknown: &str) -> Option<String> {
+        suggest(unknown, &expected_keys(message, unknown)?).map(str::to_owned)
+    }
+
     #[test]
     fn parses_serde_messages() {
         let m = "unknown field `flush.size`, expected one of `url`, `store`, `flush-size`";
-        assert_eq!(
-            from_message(m),
-            Some(("flush.size".into(), "flush-size".into()))
-        );
+        assert_eq!(from_message(m, "flush.size"), Some("flush-size".into()));
         let m = "unknown field `ulr`, expected `url`";
-        assert_eq!(from_message(m), Some(("ulr".into(), "url".into())));
+        assert_eq!(from_message(m, "ulr"), Some("url".into()));
         assert_eq!(
-            from_message("unknown field `zzz`, there are no fields"),
+            from_message("unknown field `zzz`, there are no fields", "zzz"),
+            None
+        );
+    }
+
+    #[test]
+    fn expected_keys_in_each_shape() {
+        let m = "unknown field `x`, expected one of `url`, `store`\nin `raw`\n";
+        assert_eq!(expected_keys(m, "x"), Some(vec!["url", "store"]));
+        let m = "unknown field `x`, expected `endpoint` or `options`\nin `raw.store`\n";
+        assert_eq!(expected_keys(m, "x"), Some(vec!["endpoint", "options"]));
+        let m = "unknown field `x`, there are no fields";
+        assert_eq!(expected_keys(m, "x"), Some(vec![]));
+        // About another key, or not about a key.
+        assert_eq!(
+            expected_keys("unknown field `y`, expected `url`", "x"),
+            None
+        );
+        assert_eq!(
+            expected_keys("invalid type: string \"x\", expected i64", "x"),
             None
         );
     }

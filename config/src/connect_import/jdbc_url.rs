@@ -1,5 +1,7 @@
 //! `jdbc:postgresql://host:port/db?user=…&password=…` → `postgres://user@host:port/db?…`.
 
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
+
 /// A converted URL: the `postgres://` URL (no password), the password the JDBC URL held, the
 /// default schema `currentSchema` named, and the parts that could not be carried.
 #[derive(Debug, Default, PartialEq)]
@@ -98,37 +100,19 @@ pub(crate) fn convert(jdbc: &str, user: Option<&str>) -> Result<PgUrl, String> {
     Ok(out)
 }
 
+/// Everything but RFC 3986's unreserved characters is encoded.
+const UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
 fn percent_encode(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    utf8_percent_encode(s, UNRESERVED).to_string()
 }
 
 fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && i + 2 < bytes.len()
-            && let Some(b) = std::str::from_utf8(&bytes[i + 1..i + 3])
-                .ok()
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-        {
-            out.push(b);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_decode_str(s).decode_utf8_lossy().into_owned()
 }
 
 #[cfg(test)]
@@ -171,6 +155,11 @@ mod tests {
                 .url,
             "postgres://localhost/db?sslmode=require"
         );
+        // A `%` not followed by two hex digits stays as written.
+        let u = convert("jdbc:postgresql://h/db?password=a%+1%zz%", None).unwrap();
+        assert_eq!(u.password.as_deref(), Some("a%+1%zz%"));
+        let u = convert("jdbc:postgresql://h/db?user=J%C3%BCrgen", None).unwrap();
+        assert_eq!(u.url, "postgres://J%C3%BCrgen@h/db");
         let err = convert("jdbc:mysql://h/db", None).unwrap_err();
         assert!(err.contains("mysql"), "{err}");
         assert!(convert("postgres://h/db", None).is_err());

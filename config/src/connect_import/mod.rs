@@ -8,9 +8,15 @@
 //! says `delete-enabled = false`). Literal secrets are never copied: the config refers to an
 //! environment variable instead, and the notes say which to set.
 
+mod cfg;
+mod converters;
+mod jdbc;
 mod jdbc_url;
 mod map;
+mod merge;
 mod parse;
+mod s3;
+mod transforms;
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -136,7 +142,7 @@ pub fn import(inputs: &[Input], options: &Options) -> Result<Imported, ImportErr
         return Err(ImportError::Conflict("no connector config given".into()));
     }
     let parts = inputs.iter().map(map::map).collect::<Result<Vec<_>, _>>()?;
-    let merged = map::merge(parts, options)?;
+    let merged = merge::merge(parts, options)?;
     let toml = merged.render();
     // What is printed must load (secret references stay unresolved: their variables and
     // files are the user's to provide).

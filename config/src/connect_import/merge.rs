@@ -1,0 +1,267 @@
+//! Several connectors' sections merged into one config, and that config as TOML.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use toml::Value;
+
+use super::cfg::{Connector, Kind, Section, Topics};
+use super::{Dropped, ImportError, Options};
+
+/// All connectors, as one config.
+pub(crate) struct Merged {
+    brokers: String,
+    topics: Topics,
+    format: Option<&'static str>,
+    registry: Section,
+    oauth: Section,
+    raw: Option<(Section, Section, Section)>,
+    replica: Option<Section>,
+    errors: Section,
+    pub(crate) dropped: Vec<Dropped>,
+    pub(crate) notes: Vec<String>,
+    pub(crate) sources: Vec<(String, String, String)>,
+}
+
+/// Which connector (by index) set what, for naming both sides of a conflict.
+#[derive(Default)]
+struct Owners {
+    format: Option<(&'static str, usize)>,
+    keys: BTreeMap<String, usize>,
+    raw: Option<usize>,
+    replica: Option<usize>,
+}
+
+fn conflict(what: &str, a: &Connector, av: String, b: &Connector, bv: String) -> ImportError {
+    ImportError::Conflict(format!(
+        "{} and {} disagree on {what}: {av} in {}, {bv} in {}; one lakesink config reads one set of topics with one format: import them into separate configs",
+        a.file, b.file, a.file, b.file
+    ))
+}
+
+fn describe(t: &Topics) -> String {
+    match t {
+        Topics::List(l) => format!("topics {}", l.join(",")),
+        Topics::Regex(r) => format!("topics.regex {r}"),
+    }
+}
+
+/// Topics compared as sets.
+fn norm(t: &Topics) -> Topics {
+    match t {
+        Topics::List(l) => {
+            let mut l = l.clone();
+            l.sort();
+            l.dedup();
+            Topics::List(l)
+        }
+        r => r.clone(),
+    }
+}
+
+pub(crate) fn merge(parts: Vec<Connector>, options: &Options) -> Result<Merged, ImportError> {
+    let first = &parts[0];
+    let mut merged = Merged {
+        brokers: String::new(),
+        topics: first.topics.clone(),
+        format: None,
+        registry: Section::default(),
+        oauth: Section::default(),
+        raw: None,
+        replica: None,
+        errors: Section::default(),
+        dropped: Vec::new(),
+        notes: Vec::new(),
+        sources: Vec::new(),
+    };
+    let mut owners = Owners::default();
+    for (i, p) in parts.iter().enumerate() {
+        if norm(&p.topics) != norm(&first.topics) {
+            return Err(conflict(
+                "the topics",
+                first,
+                describe(&first.topics),
+                p,
+                describe(&p.topics),
+            ));
+        }
+        if let Some(f) = p.format {
+            match owners.format {
+                Some((g, j)) if g != f => {
+                    return Err(conflict(
+                        "the format (value.converter)",
+                        &parts[j],
+                        g.into(),
+                        p,
+                        f.into(),
+                    ));
+                }
+                None => owners.format = Some((f, i)),
+                _ => {}
+            }
+        }
+        merged.add_sections(&parts, i, &mut owners.keys)?;
+        merged.add_sink(&parts, i, &mut owners)?;
+        merged.dropped.extend(p.dropped.iter().cloned());
+        merged.notes.extend(p.notes.iter().cloned());
+        merged
+            .sources
+            .push((p.file.clone(), p.name.clone(), p.class.clone()));
+    }
+    merged.brokers = brokers(&parts, options, &mut merged.notes);
+    merged.format = owners.format.map(|(f, _)| f);
+    if merged.format == Some("avro") && merged.registry.get("url").is_none() {
+        merged.notes.push(
+            "registry.url: the converters name no registry URL; set it (LAKESINK__REGISTRY__URL)"
+                .into(),
+        );
+        merged.registry.set("url", "http://localhost:8080");
+    }
+    Ok(merged)
+}
+
+/// `kafka.brokers`: the option, else a connector's license-topic brokers, else a
+/// placeholder; each but the option with a note.
+fn brokers(parts: &[Connector], options: &Options, notes: &mut Vec<String>) -> String {
+    match options
+        .brokers
+        .clone()
+        .or_else(|| parts.iter().find_map(|p| p.brokers.clone()))
+    {
+        Some(b) => {
+            if options.brokers.is_none() {
+                notes.push(
+                    "kafka.brokers is confluent.topic.bootstrap.servers: check that it names the cluster the topics are in".into(),
+                );
+            }
+            b
+        }
+        None => {
+            notes.push(
+                "kafka.brokers: connector configs do not name the brokers (the Connect worker's config does); set it, pass --brokers, or set LAKESINK__KAFKA__BROKERS".into(),
+            );
+            "localhost:9092".into()
+        }
+    }
+}
+
+impl Merged {
+    /// The shared sections of `parts[i]`: a key set by two connectors must agree.
+    fn add_sections(
+        &mut self,
+        parts: &[Connector],
+        i: usize,
+        owner: &mut BTreeMap<String, usize>,
+    ) -> Result<(), ImportError> {
+        let p = &parts[i];
+        for (section, name, target) in [
+            (&p.registry, "registry", &mut self.registry),
+            (&p.oauth, "registry.oauth", &mut self.oauth),
+            (&p.errors, "errors", &mut self.errors),
+        ] {
+            for (k, v) in &section.0 {
+                let full = format!("{name}.{k}");
+                match target.get(k) {
+                    Some(w) if w != v => {
+                        let j = owner[&full];
+                        return Err(conflict(&full, &parts[j], w.to_string(), p, v.to_string()));
+                    }
+                    Some(_) => {}
+                    None => {
+                        target.set(k, v.clone());
+                        owner.insert(full, i);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The `[raw]` or `[replica]` section of `parts[i]`: one of each at most.
+    fn add_sink(
+        &mut self,
+        parts: &[Connector],
+        i: usize,
+        owners: &mut Owners,
+    ) -> Result<(), ImportError> {
+        let p = &parts[i];
+        if p.kind == Kind::S3 {
+            if let Some(j) = owners.raw {
+                return Err(ImportError::Conflict(format!(
+                    "{} and {} are both S3 sinks: a lakesink config has one [raw] section; import them into separate configs",
+                    parts[j].file, p.file
+                )));
+            }
+            owners.raw = Some(i);
+            self.raw = Some((p.raw.clone(), p.store.clone(), p.store_options.clone()));
+        } else {
+            if let Some(j) = owners.replica {
+                return Err(ImportError::Conflict(format!(
+                    "{} and {} are both JDBC sinks: a lakesink config has one [replica] section; import them into separate configs",
+                    parts[j].file, p.file
+                )));
+            }
+            owners.replica = Some(i);
+            self.replica = Some(p.replica.clone());
+        }
+        Ok(())
+    }
+
+    pub(crate) fn render(&self) -> String {
+        let mut out = String::new();
+        let files: Vec<&str> = self.sources.iter().map(|(f, _, _)| f.as_str()).collect();
+        let _ = writeln!(
+            out,
+            "# Imported by `lakesink import-connect` from {}.",
+            files.join(", ")
+        );
+        out.push_str("\n[kafka]\n");
+        let mut kafka = Section::default();
+        kafka.set("brokers", self.brokers.clone());
+        match &self.topics {
+            Topics::List(l) => kafka.set(
+                "topics",
+                Value::Array(l.iter().cloned().map(Value::String).collect()),
+            ),
+            Topics::Regex(r) => kafka.set("topics-regex", r.clone()),
+        }
+        if let Some(f) = self.format
+            && f != "avro"
+        {
+            kafka.set("format", f);
+        }
+        kafka.render(&mut out);
+        if !self.registry.is_empty()
+            && self.format != Some("json")
+            && self.format != Some("connect-json")
+        {
+            out.push_str("\n[registry]\n");
+            self.registry.render(&mut out);
+            if !self.oauth.is_empty() {
+                out.push_str("\n[registry.oauth]\n");
+                self.oauth.render(&mut out);
+            }
+        }
+        if let Some((raw, store, options)) = &self.raw {
+            out.push_str("\n[raw]\n");
+            raw.render(&mut out);
+            if !store.is_empty() {
+                out.push_str("\n[raw.store]\n");
+                store.render(&mut out);
+            }
+            if !options.is_empty() {
+                out.push_str("\n[raw.store.options]\n");
+                options.render(&mut out);
+            }
+        }
+        if let Some(replica) = &self.replica {
+            out.push_str("\n[replica]\n");
+            replica.render(&mut out);
+        }
+        if !self.errors.is_empty() {
+            out.push_str("\n[errors]\n");
+            self.errors.render(&mut out);
+        }
+        out
+    }
+}

@@ -1,0 +1,131 @@
+//! Single message transforms (only Debezium's unwrap SMT means something to lakesink) and
+//! Connect's error handling keys.
+
+use super::ImportError;
+use super::cfg::{Cfg, Connector, Kind, NO_SMT, RETRIES, last_segment, split_list};
+
+const UNWRAP: &str = "io.debezium.transforms.ExtractNewRecordState";
+
+/// The unwrap SMT's `drop.tombstones` (default true), when the connector applies it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Unwrap {
+    pub(super) drop_tombstones: bool,
+}
+
+/// `transforms` and each listed transform's keys; the unwrap SMT and its alias, if listed.
+pub(super) fn transforms(cfg: &mut Cfg<'_>, kind: Kind) -> Option<(Unwrap, String)> {
+    let list = cfg.take("transforms").map(|t| split_list(&t))?;
+    let mut unwrap = None;
+    for alias in list {
+        let prefix = format!("transforms.{alias}.");
+        let ty = cfg.take(&format!("{prefix}type")).unwrap_or_default();
+        if ty != UNWRAP {
+            let mut reason = format!("{}: {NO_SMT}", last_segment(&ty));
+            if ty.contains("Router") {
+                reason.push_str("; tables and paths are named after the topic as read");
+            }
+            cfg.list_dropped(format!("{prefix}*"), reason);
+            for k in cfg.keys_with_prefix(&prefix) {
+                cfg.map.remove(&k);
+            }
+            continue;
+        }
+        let drop_tombstones = match cfg.take(&format!("{prefix}drop.tombstones")) {
+            Some(v) => !v.trim().eq_ignore_ascii_case("false"),
+            None => true,
+        };
+        unwrap_options(cfg, kind, &prefix);
+        unwrap = Some((Unwrap { drop_tombstones }, alias));
+    }
+    unwrap
+}
+
+/// The unwrap SMT's other options: lakesink's own handling replaces them.
+fn unwrap_options(cfg: &mut Cfg<'_>, kind: Kind, prefix: &str) {
+    for k in cfg.keys_with_prefix(prefix) {
+        let option = &k[prefix.len()..];
+        let value = cfg.map.get(&k).cloned().unwrap_or_default();
+        let harmless = kind.is_jdbc()
+            && ((option == "delete.handling.mode" && value != "rewrite")
+                || (option == "delete.tombstone.handling.mode" && !value.starts_with("rewrite")));
+        if harmless {
+            cfg.map.remove(&k);
+            continue;
+        }
+        let reason = if kind.is_jdbc() {
+            "lakesink applies change events itself: replica tables hold the source's columns, deletes follow replica.delete-enabled"
+        } else {
+            "lakesink's flattened rows always carry __op, __deleted and __source_ts_ms, whatever the SMT's options"
+        };
+        cfg.drop(&k, reason);
+    }
+}
+
+/// A field path as the S3 sink saw it (in the unwrapped row when the SMT ran) → a path in
+/// the change event, as lakesink reads it.
+pub(super) fn event_path(field: &str, unwrapped: bool) -> String {
+    if !unwrapped {
+        return field.to_owned();
+    }
+    match field {
+        "__source_ts_ms" => "source.ts_ms".into(),
+        "__ts_ms" => "ts_ms".into(),
+        "__op" => "op".into(),
+        f => match f.strip_prefix("__source_") {
+            Some(s) => format!("source.{s}"),
+            None => format!("after.{f}"),
+        },
+    }
+}
+
+/// `errors.*` → `[errors]`.
+pub(super) fn errors(cfg: &mut Cfg<'_>, part: &mut Connector) -> Result<(), ImportError> {
+    let tolerance = cfg.take("errors.tolerance");
+    let dlq = cfg.take("errors.deadletterqueue.topic.name");
+    match (tolerance.as_deref().map(str::trim), dlq) {
+        (Some("all"), Some(topic)) if !topic.trim().is_empty() => {
+            part.errors.set("tolerance", "all");
+            part.errors.set("dead-letter-topic", topic);
+            if let Some(h) = cfg.bool("errors.deadletterqueue.context.headers.enable")? {
+                part.errors.set("dead-letter-context-headers", h);
+            }
+        }
+        (Some("all"), _) => cfg.list_dropped(
+            "errors.tolerance",
+            "lakesink tolerates bad records only into a dead-letter topic (errors.dead-letter-topic), never by skipping them; without one it stops at the record, naming its topic, partition and offset",
+        ),
+        _ => {}
+    }
+    cfg.take("errors.deadletterqueue.context.headers.enable");
+    cfg.take("errors.log.enable");
+    if cfg.bool("errors.log.include.messages")? == Some(true) {
+        cfg.list_dropped(
+            "errors.log.include.messages",
+            "lakesink logs a failing record's topic, partition and offset, never its contents",
+        );
+    }
+    for k in cfg.keys_with_prefix("errors.deadletterqueue.") {
+        cfg.drop(
+            &k,
+            "the dead-letter topic is created by the broker's defaults (auto.create.topics.enable) or beforehand",
+        );
+    }
+    cfg.drop_set(
+        &["errors.retry.timeout", "errors.retry.delay.max.ms"],
+        RETRIES,
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unwrapped_fields_are_paths_in_the_event() {
+        assert_eq!(event_path("region", true), "after.region");
+        assert_eq!(event_path("__source_ts_ms", true), "source.ts_ms");
+        assert_eq!(event_path("__source_db", true), "source.db");
+        assert_eq!(event_path("source.ts_ms", false), "source.ts_ms");
+    }
+}
