@@ -184,3 +184,27 @@ impl DeadLetters {
         read.await.context(what.clone())?.context(what)
     }
 }
+
+/// The replica's hand-off of records it cannot take: read again from Kafka, copied to the
+/// dead-letter topic.
+pub(crate) struct ReplicaRejects(pub(crate) Arc<DeadLetters>);
+
+impl lakesink_writers::postgres::Rejects for ReplicaRejects {
+    fn reject<'a>(
+        &'a self,
+        topic: &'a str,
+        partition: i32,
+        offset: i64,
+        reason: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<(), Box<dyn std::error::Error + Send + Sync>>> {
+        Box::pin(async move {
+            let msg = self.0.read(topic, partition, offset).await?;
+            self.0.send(&msg, Stage::Replica, reason).await?;
+            Ok(())
+        })
+    }
+
+    fn topic(&self) -> &str {
+        self.0.topic()
+    }
+}

@@ -298,3 +298,163 @@ pub(crate) fn is_transient(e: &KafkaError) -> bool {
         )
     )
 }
+
+/// The offset tracker's output as rdkafka calls: the only place that stores, commits,
+/// pauses and resumes. Each failure is logged: a partition revoked a moment ago refuses its
+/// store, and its new owner starts from what was committed; a failed commit is made again
+/// by the next one (or the auto-commit).
+pub(crate) mod calls {
+    use std::collections::HashSet;
+    use std::time::Duration;
+
+    use lakesink_writers::failpoint::{self, KAFKA_AFTER_STORE};
+    use lakesink_writers::sink::TopicPartition;
+    use rdkafka::consumer::{CommitMode, Consumer};
+    use rdkafka::error::KafkaError;
+    use rdkafka::{Offset, TopicPartitionList};
+    use tracing::{debug, info, warn};
+
+    use super::GroupConsumer;
+    use crate::offsets::Mark;
+
+    fn list(marks: &[Mark]) -> TopicPartitionList {
+        let mut list = TopicPartitionList::new();
+        for m in marks {
+            let mut elem = list.add_partition(&m.part.topic, m.part.partition);
+            // Offset::Offset always has a raw form.
+            let _ = elem.set_offset(Offset::Offset(m.offset));
+            if let Some(meta) = &m.metadata {
+                elem.set_metadata(meta.clone());
+            }
+        }
+        list
+    }
+
+    fn parts<'a>(parts: impl IntoIterator<Item = &'a TopicPartition>) -> TopicPartitionList {
+        let mut list = TopicPartitionList::new();
+        for p in parts {
+            list.add_partition(&p.topic, p.partition);
+        }
+        list
+    }
+
+    pub(crate) fn store(consumer: &GroupConsumer, marks: &[Mark]) {
+        match consumer.store_offsets(&list(marks)) {
+            Ok(()) => failpoint::hit(KAFKA_AFTER_STORE),
+            Err(e) => warn!(error = %e, "storing offsets"),
+        }
+    }
+
+    /// Commits what is stored now (everything consumed is durable).
+    pub(crate) fn commit_stored(consumer: &GroupConsumer) {
+        if let Err(e) = consumer.commit_consumer_state(CommitMode::Async) {
+            debug!(error = %e, "committing offsets on catching up");
+        }
+    }
+
+    /// Commits marks whose metadata moved while their offset did not.
+    pub(crate) fn commit(consumer: &GroupConsumer, marks: &[Mark], sync: bool) {
+        let mode = if sync {
+            CommitMode::Sync
+        } else {
+            CommitMode::Async
+        };
+        if let Err(e) = consumer.commit(&list(marks), mode) {
+            warn!(error = %e, "committing a sink's own position");
+        }
+    }
+
+    /// Pauses and resumes so that exactly `want` is paused (stuck sink work).
+    pub(crate) fn set_paused(
+        consumer: &GroupConsumer,
+        paused: &mut HashSet<TopicPartition>,
+        want: Vec<TopicPartition>,
+    ) {
+        let want: HashSet<TopicPartition> = want.into_iter().collect();
+        let pause = parts(want.difference(paused));
+        let resume = parts(paused.difference(&want));
+        if pause.count() > 0 {
+            match consumer.pause(&pause) {
+                Ok(()) => info!(
+                    parts = pause.count(),
+                    "a sink is stuck on some partitions: they are paused, the others go on"
+                ),
+                Err(e) => warn!(error = %e, "pausing partitions"),
+            }
+        }
+        if resume.count() > 0 {
+            match consumer.resume(&resume) {
+                Ok(()) => info!(
+                    parts = resume.count(),
+                    "the sink moved again: partitions resumed"
+                ),
+                Err(e) => warn!(error = %e, "resuming partitions"),
+            }
+        }
+        *paused = want;
+    }
+
+    /// Resumes revoked partitions as they go, so that if they come back to this member they
+    /// are not still paused.
+    pub(crate) fn resume_revoked(
+        consumer: &GroupConsumer,
+        paused: &mut HashSet<TopicPartition>,
+        revoked: &[TopicPartition],
+    ) {
+        let gone: Vec<&TopicPartition> = revoked.iter().filter(|p| paused.remove(*p)).collect();
+        if !gone.is_empty()
+            && let Err(e) = consumer.resume(&parts(gone))
+        {
+            debug!(error = %e, "resuming a revoked partition");
+        }
+    }
+
+    pub(crate) fn seek(
+        consumer: &GroupConsumer,
+        part: &TopicPartition,
+        to: i64,
+    ) -> Result<(), KafkaError> {
+        consumer.seek(
+            &part.topic,
+            part.partition,
+            Offset::Offset(to),
+            Duration::from_secs(10),
+        )
+    }
+
+    /// Where the consumer is on each partition.
+    pub(crate) fn positions(consumer: &GroupConsumer) -> Option<TopicPartitionList> {
+        consumer.position().ok()
+    }
+
+    /// The metadata committed with a partition's offset, read apart from the runtime.
+    pub(crate) async fn committed_metadata(
+        consumer: &std::sync::Arc<GroupConsumer>,
+        part: &TopicPartition,
+    ) -> Option<String> {
+        let (c, p) = (consumer.clone(), part.clone());
+        let found = tokio::task::spawn_blocking(move || {
+            let mut list = TopicPartitionList::new();
+            list.add_partition(&p.topic, p.partition);
+            let list = c.committed_offsets(list, Duration::from_secs(10))?;
+            // rdkafka panics on metadata that is not UTF-8, which another client could write.
+            let metadata = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                list.elements().first().map(|e| e.metadata().to_owned())
+            }));
+            Ok::<_, KafkaError>(metadata.ok().flatten())
+        })
+        .await;
+        match found {
+            Ok(Ok(metadata)) => metadata,
+            Ok(Err(e)) => {
+                warn!(topic = %part.topic, partition = part.partition, error = %e,
+                    "reading the committed metadata; each sink starts at Kafka's offset or its own");
+                None
+            }
+            Err(e) => {
+                warn!(error = %e, "reading the committed metadata");
+                None
+            }
+        }
+    }
+}

@@ -6,10 +6,10 @@ mod headers;
 mod import;
 mod kafka;
 mod kafka_auth;
+mod offsets;
 mod pipeline;
 mod progress;
 mod replay;
-mod replica;
 mod sinks;
 mod tail;
 mod telemetry;
@@ -27,7 +27,9 @@ use lakesink_schema_registry::{
     HttpRegistryConfig, IdKind,
 };
 use lakesink_writers::ReplicaError;
-use lakesink_writers::parquet::{ParquetWriter, RawError};
+use lakesink_writers::parquet::{ParquetWriter, RawError, RawSink};
+use lakesink_writers::postgres::{Rejects, ReplicaSink};
+use lakesink_writers::sink::{Sink, SinkError};
 
 use dead_letter::DeadLetters;
 use telemetry::alerts::Alerter;
@@ -163,25 +165,24 @@ async fn main() -> anyhow::Result<()> {
 async fn run(config: &Config, telemetry: Arc<Telemetry>) -> anyhow::Result<()> {
     // Subscribed first: librdkafka joins the group in the background while the sinks connect.
     let subscribed = kafka::subscribe(&config.kafka, Some(telemetry.clone()))?;
-    let raw = config.raw.as_ref().map(ParquetWriter::new).transpose()?;
     let dead = DeadLetters::new(&config.kafka, &config.errors)?.map(Arc::new);
-    let replica = match &config.replica {
-        Some(r) => Some(
-            replica::ReplicaSink::connect(
-                r,
-                &config.kafka.group_id,
-                telemetry.clone(),
-                dead.clone(),
-            )
-            .await?,
-        ),
-        None => None,
-    };
-    let sinks = sinks::Sinks {
-        raw,
-        replica,
-        telemetry,
-    };
+    // In this order: the raw layer first, as a backup comes before the copy.
+    let mut enabled: Vec<Box<dyn Sink>> = Vec::new();
+    if let Some(raw) = &config.raw {
+        enabled.push(Box::new(RawSink::new(
+            ParquetWriter::new(raw)?,
+            telemetry.clone(),
+        )));
+    }
+    if let Some(r) = &config.replica {
+        let rejects = dead
+            .clone()
+            .map(|d| Arc::new(dead_letter::ReplicaRejects(d)) as Arc<dyn Rejects>);
+        let replica =
+            ReplicaSink::connect(r, &config.kafka.group_id, telemetry.clone(), rejects).await?;
+        enabled.push(Box::new(replica));
+    }
+    let sinks = (enabled, telemetry);
     let shutdown = Duration::from_millis(config.service.shutdown_timeout_ms);
     match record_format(config)? {
         format @ Format::Avro { .. } => {
@@ -218,7 +219,9 @@ async fn run(config: &Config, telemetry: Arc<Telemetry>) -> anyhow::Result<()> {
 /// the first error in the chain that knows its fault.
 fn blame(e: &anyhow::Error) -> (Option<&'static str>, Component) {
     for cause in e.chain() {
-        let (sink, fault) = if let Some(r) = cause.downcast_ref::<ReplicaError>() {
+        let (sink, fault) = if let Some(s) = cause.downcast_ref::<SinkError>() {
+            (Some(s.sink), s.fault())
+        } else if let Some(r) = cause.downcast_ref::<ReplicaError>() {
             (Some(REPLICA), r.fault())
         } else if let Some(r) = cause.downcast_ref::<RawError>() {
             (Some(RAW), r.fault())

@@ -15,21 +15,21 @@ use futures::FutureExt;
 use lakesink_config::KafkaConfig;
 use lakesink_model::{Backoff, Classify, Fault, Retry};
 use lakesink_schema_registry::{ChangeBatch, ChangeDecoder, Format, SchemaResolver};
-use lakesink_writers::parquet::{Held, ParquetWriter, Positions};
+use lakesink_writers::sink::{Resume, Sink, TopicPartition};
 use rdkafka::Message;
+use rdkafka::Offset;
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::BorrowedMessage;
-use rdkafka::{Offset, TopicPartitionList};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use crate::dead_letter::{DeadLetters, Stage};
 use crate::headers::HeaderLog;
-use crate::kafka;
-use crate::replica::ReplicaOffsets;
-use crate::sinks::{self, Item, Part, Sinks};
+use crate::kafka::{self, calls};
+use crate::offsets;
+use crate::sinks::{self, Control, ToSinks};
 use crate::telemetry::metrics::TopicLabels;
 use crate::telemetry::{Component, Telemetry};
 
@@ -79,19 +79,26 @@ impl Pending {
         }
     }
 
-    fn forget(&mut self, part: &Part) {
+    fn forget(&mut self, part: &TopicPartition) {
         self.batches
-            .retain(|b| !(*b.topic == *part.0 && b.partition == part.1));
-        if let Some(p) = self.consumed.get_mut(&part.0) {
-            p.remove(&part.1);
+            .retain(|b| !(b.topic == part.topic && b.partition == part.partition));
+        if let Some(p) = self.consumed.get_mut(&*part.topic) {
+            p.remove(&part.partition);
         }
-        if let Some(p) = self.started.get_mut(&part.0) {
-            p.remove(&part.1);
+        if let Some(p) = self.started.get_mut(&*part.topic) {
+            p.remove(&part.partition);
         }
         if let Some(h) = &mut self.headers {
-            h.forget(&part.0, part.1);
+            h.forget(&part.topic, part.partition);
         }
     }
+}
+
+/// A sink's resume lookup, and whether its point rides in the commit's metadata.
+struct Resumer {
+    name: &'static str,
+    mark: bool,
+    resume: Arc<dyn Resume>,
 }
 
 /// Runs until SIGINT/SIGTERM or an error that retrying cannot fix.
@@ -100,19 +107,24 @@ pub(crate) async fn run<R: SchemaResolver>(
     (consumer, revoked): (kafka::GroupConsumer, kafka::Revoked),
     resolver: R,
     format: Format,
-    sinks: Sinks,
+    (sinks, telemetry): (Vec<Box<dyn Sink>>, Arc<Telemetry>),
     shutdown_timeout: Duration,
     dead_letters: Option<Arc<DeadLetters>>,
 ) -> anyhow::Result<()> {
-    let telemetry = sinks.telemetry.clone();
     let consumer = Arc::new(consumer);
-    let replica = sinks.replica.as_ref().map(|r| r.offsets());
-    let raw_on = sinks.raw.is_some();
-    let positions = sinks.raw.as_ref().map(ParquetWriter::positions);
-    let with_headers = sinks.raw.as_ref().is_some_and(ParquetWriter::with_headers);
+    let resumers: Vec<Resumer> = sinks
+        .iter()
+        .map(|s| Resumer {
+            name: s.name(),
+            mark: s.commits_mark() && sinks.len() > 1,
+            resume: s.resume(),
+        })
+        .collect();
+    let with_headers = sinks.iter().any(|s| s.wants_headers());
     let (tx, rx) = mpsc::channel(CHANNEL_ITEMS);
-    let rewinds = sinks::Rewinds::default();
-    let mut sink_task = tokio::spawn(sinks::run(sinks, rx, consumer.clone(), rewinds.clone()));
+    let (control_tx, mut control_rx) = mpsc::unbounded_channel();
+    let mut paused = std::collections::HashSet::new();
+    let mut sink_task = tokio::spawn(sinks::run(sinks, rx, control_tx, telemetry.clone()));
     let mut decoder = ChangeDecoder::new(resolver, format, BATCH_ROWS)
         .with_routes(kafka::routes(&config.non_data))
         .with_source_connector(config.source_connector.clone());
@@ -129,15 +141,28 @@ pub(crate) async fn run<R: SchemaResolver>(
         loop {
             let parts = revoked.take();
             if !parts.is_empty() {
+                let parts: Vec<TopicPartition> = parts
+                    .into_iter()
+                    .map(|(t, p)| TopicPartition::new(t, p))
+                    .collect();
                 for part in &parts {
-                    decoder.finish_partition(&part.0, part.1)?;
+                    decoder.finish_partition(&part.topic, part.partition)?;
                     pending.forget(part);
                 }
-                send(&tx, Item::Revoked(parts)).await?;
+                calls::resume_revoked(&consumer, &mut paused, &parts);
+                send(&tx, ToSinks::Revoked(parts)).await?;
             }
-            let due = rewinds.take();
-            if !due.is_empty() {
-                rewind(&consumer, &mut decoder, &mut pending, &tx, &telemetry, due).await?;
+            while let Ok(c) = control_rx.try_recv() {
+                control(
+                    c,
+                    &consumer,
+                    &mut paused,
+                    &mut decoder,
+                    &mut pending,
+                    &tx,
+                    &telemetry,
+                )
+                .await?;
             }
             // While records are ready, take them without the select: polling the signals and
             // the timer for each record cost the consuming thread a tenth of its time. The
@@ -168,6 +193,11 @@ pub(crate) async fn run<R: SchemaResolver>(
                     hand_over(&mut decoder, &mut pending, &tx, &telemetry).await?;
                     continue;
                 }
+                Some(c) = control_rx.recv() => {
+                    control(c, &consumer, &mut paused, &mut decoder, &mut pending, &tx, &telemetry)
+                        .await?;
+                    continue;
+                }
                 next = consumer.recv() => next,
                 }
             };
@@ -179,35 +209,16 @@ pub(crate) async fn run<R: SchemaResolver>(
                 Err(e) => return Err(e).context("consuming"),
                 Ok(msg) => {
                     if !pending.is_started(msg.topic(), msg.partition()) {
-                        let part = (msg.topic().to_owned(), msg.partition());
+                        let part = TopicPartition::new(msg.topic(), msg.partition());
                         pending
                             .started
-                            .entry(part.0.clone())
+                            .entry(msg.topic().to_owned())
                             .or_default()
-                            .insert(part.1);
-                        let raw_mark = match (&replica, raw_on) {
-                            (Some(_), true) => committed_raw_mark(&consumer, &part).await,
-                            _ => None,
-                        };
-                        let held = match &positions {
-                            Some(p) => raw_held(p, &part).await,
-                            None => None,
-                        };
-                        let (item, seek) = start(
-                            replica.as_ref(),
-                            (raw_on, raw_mark, held),
-                            &part,
-                            msg.offset(),
-                            &telemetry,
-                        )
-                        .await?;
-                        send(&tx, item).await?;
+                            .insert(part.partition);
+                        let seek = start(&consumer, &resumers, &part, msg.offset(), &tx).await?;
                         if let Some(to) = seek {
-                            consumer
-                                .seek(&part.0, part.1, Offset::Offset(to), Duration::from_secs(10))
-                                .with_context(|| {
-                                    format!("seeking {}[{}] to {to}", part.0, part.1)
-                                })?;
+                            calls::seek(&consumer, &part, to)
+                                .with_context(|| format!("seeking {part} to {to}"))?;
                             continue;
                         }
                     }
@@ -232,16 +243,30 @@ pub(crate) async fn run<R: SchemaResolver>(
             }
         }
         hand_over(&mut decoder, &mut pending, &tx, &telemetry).await?;
-        send(&tx, Item::Stop).await?;
+        send(&tx, ToSinks::Stop).await?;
         Ok(None)
     }
     .await;
     drop(tx);
+    let drain_control = |rx: &mut mpsc::UnboundedReceiver<Control>, paused: &mut _| {
+        while let Ok(c) = rx.try_recv() {
+            match c {
+                Control::Store(m) => calls::store(&consumer, &m),
+                Control::CommitStored => calls::commit_stored(&consumer),
+                Control::Commit { marks, sync } => calls::commit(&consumer, &marks, sync),
+                Control::Pause(want) => calls::set_paused(&consumer, paused, want),
+                // Stopping: nothing is read again.
+                Control::ReadAgain(_) => {}
+            }
+        }
+    };
     // The sinks finish what they hold (or say why they failed) before anything is committed.
     let sinks_done = match &outcome {
         Ok(Some(_)) => None,
         _ => Some(flatten(sink_task.await)),
     };
+    // What the sinks made durable last is stored before the final commit.
+    drain_control(&mut control_rx, &mut paused);
     match (outcome, sinks_done) {
         (Ok(Some(sinks)), _) => sinks.and(Err(anyhow::anyhow!("the sinks stopped"))),
         (Err(e), Some(Err(sinks))) => {
@@ -263,164 +288,107 @@ fn flatten(done: Result<anyhow::Result<()>, tokio::task::JoinError>) -> anyhow::
     done.context("the sink task failed")?
 }
 
-/// On a partition's first record: where each sink stands, and where to read from when a
-/// sink holds less than Kafka's offset says. Kafka's offset is the lower of the two sinks'
-/// points, and `raw_mark` (from the commit's metadata) the raw layer's when it was ahead.
-/// `held` is what the raw layer's own store says it holds: its durable point, and the end of
-/// all it ever cut, which no offset lakesink commits can pass. A committed offset past that
-/// end was moved by something else (a group reset, an offset tool, another client): the
-/// partition is read again from the raw layer's own point, never skipped. When the replica is
-/// behind (a replica restored from an older backup), the partition is read again from its
-/// offset; each sink skips what it already holds.
+/// On a partition's first record (`first`, the group's committed offset): where each sink
+/// stands, from its own durable store ([`Resume`]), and where to read from when one holds
+/// less than Kafka's offset says ([`offsets::resume`]). Each sink skips what it holds.
 async fn start(
-    replica: Option<&ReplicaOffsets>,
-    (raw_on, raw_mark, held): (bool, Option<i64>, Option<Held>),
-    part: &Part,
+    consumer: &Arc<kafka::GroupConsumer>,
+    resumers: &[Resumer],
+    part: &TopicPartition,
     first: i64,
+    tx: &mpsc::Sender<ToSinks>,
+) -> anyhow::Result<Option<i64>> {
+    let metadata = match resumers.iter().any(|r| r.mark) {
+        true => calls::committed_metadata(consumer, part).await,
+        false => None,
+    };
+    let mut held = Vec::with_capacity(resumers.len());
+    for r in resumers {
+        let mark = metadata
+            .as_deref()
+            .filter(|_| r.mark)
+            .and_then(|m| offsets::parse_mark(r.name, m));
+        held.push(r.resume.held(part, first, mark).await?);
+    }
+    let decided = offsets::resume(first, &held);
+    send(
+        tx,
+        ToSinks::Started {
+            part: part.clone(),
+            floors: decided.floors,
+        },
+    )
+    .await?;
+    Ok(decided.seek)
+}
+
+/// What the sink side asked for.
+async fn control<R: SchemaResolver>(
+    c: Control,
+    consumer: &kafka::GroupConsumer,
+    paused: &mut std::collections::HashSet<TopicPartition>,
+    decoder: &mut ChangeDecoder<R>,
+    pending: &mut Pending,
+    tx: &mpsc::Sender<ToSinks>,
     telemetry: &Telemetry,
-) -> anyhow::Result<(Item, Option<i64>)> {
-    let replica_floor = match replica {
-        Some(r) => r.next_offset(&part.0, part.1).await?,
-        None => None,
-    };
-    let replica_behind = replica_floor.filter(|&next| next < first);
-    if let Some(from) = replica_behind {
-        info!(topic = %part.0, partition = part.1, from, to = first,
-            "the replica is behind: reading again from its offset");
+) -> anyhow::Result<()> {
+    match c {
+        Control::Store(m) => calls::store(consumer, &m),
+        Control::CommitStored => calls::commit_stored(consumer),
+        Control::Commit { marks, sync } => calls::commit(consumer, &marks, sync),
+        Control::Pause(want) => calls::set_paused(consumer, paused, want),
+        Control::ReadAgain(due) => rewind(consumer, decoder, pending, tx, telemetry, due).await?,
     }
-    let raw_durable = match (held.and_then(|h| h.durable), raw_mark) {
-        (Some(a), Some(b)) => Some(a.max(b)),
-        (a, b) => a.or(b),
-    };
-    let raw_behind = held
-        .filter(|h| raw_on && h.cut_end < first)
-        .map(|h| raw_durable.unwrap_or(h.cut_end));
-    if let (Some(from), Some(h)) = (raw_behind, held) {
-        warn!(topic = %part.0, partition = part.1, committed = first, raw_layer = h.cut_end, from,
-            "the group's committed offset is past everything the raw layer holds (offsets moved \
-             by a reset, a tool or another client): reading again from the raw layer's point");
-        telemetry
-            .metrics
-            .raw_rewinds
-            .get_or_create(&TopicLabels {
-                topic: part.0.clone(),
-            })
-            .inc();
-    }
-    let seek = replica_behind.into_iter().chain(raw_behind).min();
-    let from = seek.unwrap_or(first);
-    let raw_floor = match raw_durable {
-        Some(d) if d > from => Some(d),
-        Some(_) => None,
-        // Without a position of its own (a raw layer written before positions), below Kafka's
-        // offset the raw layer holds everything, as lakesink committed it.
-        None if replica_behind.is_some() && raw_behind.is_none() => Some(first),
-        None => None,
-    };
-    let item = Item::Started {
-        part: part.clone(),
-        raw_floor: raw_floor.filter(|_| raw_on),
-        replica_floor,
-    };
-    Ok((item, seek))
-}
-
-/// What the raw layer holds of a partition. A failed lookup falls back to Kafka's offset (what
-/// every version before positions did), loudly.
-async fn raw_held(positions: &Positions, part: &Part) -> Option<Held> {
-    match positions.held(&part.0, part.1).await {
-        Ok(held) => held,
-        Err(e) => {
-            warn!(topic = %part.0, partition = part.1, error = %e,
-                "reading the raw layer's position; starting at the group's committed offset");
-            None
-        }
-    }
-}
-
-/// The raw layer's point from the partition's committed metadata (see
-/// [`sinks::raw_mark_metadata`]). Without it the raw layer cuts the same files again from
-/// Kafka's offset, which is safe, so a failed lookup is only logged.
-async fn committed_raw_mark(consumer: &Arc<kafka::GroupConsumer>, part: &Part) -> Option<i64> {
-    let (c, p) = (consumer.clone(), part.clone());
-    let found = tokio::task::spawn_blocking(move || {
-        let mut list = TopicPartitionList::new();
-        list.add_partition(&p.0, p.1);
-        let list = c.committed_offsets(list, Duration::from_secs(10))?;
-        // rdkafka panics on metadata that is not UTF-8, which another client could write.
-        let metadata = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            list.elements().first().map(|e| e.metadata().to_owned())
-        }));
-        Ok::<_, KafkaError>(metadata.ok().flatten())
-    })
-    .await;
-    match found {
-        Ok(Ok(metadata)) => metadata.as_deref().and_then(sinks::parse_raw_mark),
-        Ok(Err(e)) => {
-            warn!(topic = %part.0, partition = part.1, error = %e,
-                "reading the committed metadata; the raw layer starts at Kafka's offset");
-            None
-        }
-        Err(e) => {
-            warn!(error = %e, "reading the committed metadata");
-            None
-        }
-    }
+    Ok(())
 }
 
 /// Reads partitions again from the offsets the sinks asked for: what was consumed before goes
-/// to the sinks first, so that [`Item::Rewound`] separates the two readings. A seek only ever
+/// to the sinks first, so that [`ToSinks::Rewound`] separates the two readings. A seek only ever
 /// goes back: when the consumer is not past the offset asked for (two requests, one answered
 /// already), it goes on from where it is, and the sinks are told that point.
 async fn rewind<R: SchemaResolver>(
     consumer: &kafka::GroupConsumer,
     decoder: &mut ChangeDecoder<R>,
     pending: &mut Pending,
-    tx: &mpsc::Sender<Item>,
+    tx: &mpsc::Sender<ToSinks>,
     telemetry: &Telemetry,
-    due: Vec<(Part, i64)>,
+    due: Vec<(TopicPartition, i64)>,
 ) -> anyhow::Result<()> {
     hand_over(decoder, pending, tx, telemetry).await?;
     // One seek per partition, to the earliest offset asked for.
-    let mut earliest: HashMap<Part, i64> = HashMap::default();
+    let mut earliest: HashMap<TopicPartition, i64> = HashMap::default();
     for (part, from) in due {
         let e = earliest.entry(part).or_insert(from);
         *e = (*e).min(from);
     }
-    let positions = consumer.position().ok();
+    let positions = calls::positions(consumer);
     for (part, from) in earliest {
         // Revoked meanwhile: the sinks forgot it, and its new reading starts on its own.
-        if !pending.is_started(&part.0, part.1) {
+        if !pending.is_started(&part.topic, part.partition) {
             continue;
         }
         let at = positions
             .as_ref()
-            .and_then(|l| l.find_partition(&part.0, part.1))
+            .and_then(|l| l.find_partition(&part.topic, part.partition))
             .and_then(|e| match e.offset() {
                 Offset::Offset(o) => Some(o),
                 _ => None,
             });
         if let Some(at) = at.filter(|&at| at <= from) {
-            send(tx, Item::Rewound(part, at)).await?;
+            send(tx, ToSinks::Rewound(part, at)).await?;
             continue;
         }
         if let Some(h) = &mut pending.headers {
-            h.forget(&part.0, part.1);
+            h.forget(&part.topic, part.partition);
         }
-        consumer
-            .seek(
-                &part.0,
-                part.1,
-                Offset::Offset(from),
-                Duration::from_secs(10),
-            )
-            .with_context(|| format!("seeking {}[{}] back to {from}", part.0, part.1))?;
-        send(tx, Item::Rewound(part, from)).await?;
+        calls::seek(consumer, &part, from)
+            .with_context(|| format!("seeking {part} back to {from}"))?;
+        send(tx, ToSinks::Rewound(part, from)).await?;
     }
     Ok(())
 }
 
-async fn send(tx: &mpsc::Sender<Item>, item: Item) -> anyhow::Result<()> {
+async fn send(tx: &mpsc::Sender<ToSinks>, item: ToSinks) -> anyhow::Result<()> {
     // A closed channel means the sink task ended; its own error is reported by the caller.
     tx.send(item)
         .await
@@ -431,7 +399,7 @@ async fn send(tx: &mpsc::Sender<Item>, item: Item) -> anyhow::Result<()> {
 async fn hand_over<R: SchemaResolver>(
     decoder: &mut ChangeDecoder<R>,
     pending: &mut Pending,
-    tx: &mpsc::Sender<Item>,
+    tx: &mpsc::Sender<ToSinks>,
     telemetry: &Telemetry,
 ) -> anyhow::Result<()> {
     pending.batches.extend(decoder.finish_all()?);
@@ -462,12 +430,17 @@ async fn hand_over<R: SchemaResolver>(
     if pending.consumed.is_empty() && pending.batches.is_empty() {
         return Ok(());
     }
-    let item = Item::Batches {
+    let item = ToSinks::Batches {
         batches: std::mem::take(&mut pending.batches),
         consumed: pending
             .consumed
             .drain()
-            .flat_map(|(topic, parts)| parts.into_iter().map(move |(p, o)| ((topic.clone(), p), o)))
+            .flat_map(|(topic, parts)| {
+                let topic: Arc<str> = Arc::from(topic);
+                parts
+                    .into_iter()
+                    .map(move |(p, o)| (TopicPartition::new(topic.clone(), p), o))
+            })
             .collect(),
     };
     send(tx, item).await

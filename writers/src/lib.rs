@@ -5,5 +5,6 @@ pub mod failpoint;
 pub mod parquet;
 pub mod postgres;
 pub mod replay;
+pub mod sink;
 
 pub use postgres::{Applied, PgReplicator, ReplicaError, Rounded};

@@ -3,14 +3,19 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
+
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+const ACCEPT_FIRST_WAIT: Duration = Duration::from_millis(50);
+const ACCEPT_MAX_WAIT: Duration = Duration::from_secs(1);
 
 use super::Telemetry;
 
@@ -25,9 +30,26 @@ pub(crate) async fn serve(
     let bound = listener.local_addr()?;
     info!(address = %bound, "serving /metrics, /health, /ready and /status");
     tokio::spawn(async move {
+        // A persistent accept error (out of file descriptors) must not spin a core: wait,
+        // longer each time, and say so once per streak.
+        let mut failing = None;
         loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => {
+                    failing = None;
+                    stream
+                }
+                Err(e) => {
+                    let wait = failing.map_or(ACCEPT_FIRST_WAIT, |w: Duration| {
+                        (w * 2).min(ACCEPT_MAX_WAIT)
+                    });
+                    if failing.is_none() {
+                        warn!(error = %e, "the HTTP endpoint cannot accept connections; retrying");
+                    }
+                    failing = Some(wait);
+                    tokio::time::sleep(wait).await;
+                    continue;
+                }
             };
             let telemetry = telemetry.clone();
             tokio::spawn(async move {
@@ -35,7 +57,10 @@ pub(crate) async fn serve(
                     let telemetry = telemetry.clone();
                     async move { Ok::<_, Infallible>(route(&req, &telemetry)) }
                 });
+                // A client that never finishes its headers is dropped, not kept forever.
                 if let Err(e) = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(HEADER_READ_TIMEOUT)
                     .serve_connection(TokioIo::new(stream), service)
                     .await
                 {

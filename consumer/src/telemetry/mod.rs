@@ -3,6 +3,7 @@
 
 pub(crate) mod alerts;
 pub(crate) mod http;
+mod meter;
 pub(crate) mod metrics;
 pub(crate) mod status;
 

@@ -17,9 +17,11 @@ mod file;
 mod joda;
 mod key;
 pub mod marker;
+mod outage;
 mod partitioner;
 mod position;
 mod rolling;
+mod sink;
 pub mod store;
 
 use std::collections::{BTreeSet, HashMap};
@@ -49,6 +51,10 @@ use lakesink_model::{Classify, Fault, System};
 pub use marker::Marker;
 use partitioner::{Partitioner, TimeSource};
 pub use position::{Held, Positions};
+pub use sink::RawSink;
+
+/// The raw layer's name as a sink.
+pub const RAW: &str = "raw";
 pub use rolling::SegmentStats;
 pub use rolling::{RollingPolicy, Rotation};
 

@@ -9,6 +9,7 @@ mod encode;
 mod error;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod live;
 mod naming;
 mod offsets;
 mod plan;
@@ -24,6 +25,7 @@ use sqlx::AssertSqlSafe;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
 pub use error::{At, ReplicaError};
+pub use live::{REPLICA, Rejects, ReplicaSink};
 pub use naming::{TableName, quote};
 
 use ddl::TableMeta;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use lakesink_schema_registry::ChangeBatch;
 
-pub(crate) type Part = (String, i32);
+use crate::sink::TopicPartition as Part;
 
 pub(crate) struct Lanes {
     lanes: Vec<Lane>,
@@ -56,7 +56,7 @@ impl Lanes {
 
     /// Queues a batch in its partition's lane.
     pub(crate) fn push(&mut self, batch: ChangeBatch) {
-        let part = (batch.topic.to_string(), batch.partition);
+        let part = Part::new(batch.topic.clone(), batch.partition);
         let (rows, bytes) = (batch.rows.num_rows(), batch.rows.get_array_memory_size());
         let lane = self.lane(&part);
         let lane = &mut self.lanes[lane];
@@ -150,7 +150,7 @@ impl Lanes {
         let lane = &mut self.lanes[index];
         let (rows, bytes) = (&mut lane.rows, &mut lane.bytes);
         lane.pending.retain(|b| {
-            let keep = !(*b.topic == *part.0 && b.partition == part.1);
+            let keep = !(b.topic == part.topic && b.partition == part.partition);
             if !keep {
                 *rows -= b.rows.num_rows();
                 *bytes -= b.rows.get_array_memory_size();
@@ -173,7 +173,7 @@ mod tests {
     use super::*;
 
     fn batch(topic: &str, partition: i32, offsets: std::ops::Range<i64>) -> ChangeBatch {
-        crate::replica::test_batch(topic, partition, offsets)
+        crate::sink::test_batch(topic, partition, offsets)
     }
 
     fn parts(batches: &[ChangeBatch]) -> Vec<(String, i32, i64)> {
@@ -228,7 +228,7 @@ mod tests {
     #[test]
     fn the_start_covers_what_is_pending_and_in_flight() {
         let mut lanes = Lanes::new(1);
-        let part = ("t".to_owned(), 0);
+        let part = Part::new("t", 0);
         assert_eq!(lanes.start_of(&part), None);
         lanes.push(batch("t", 0, 4..8));
         assert_eq!(lanes.start_of(&part), Some(4));
@@ -261,7 +261,7 @@ mod tests {
         let ready = lanes.take_ready();
         lanes.push(batch("t", 0, 10..20));
         lanes.push(batch("t", 1, 10..12));
-        assert_eq!(lanes.stuck(at_once, now()), vec![("t".to_owned(), 0)]);
+        assert_eq!(lanes.stuck(at_once, now()), vec![Part::new("t", 0)]);
         assert_eq!(
             lanes.pending_flowing(at_once, now()).0,
             2,
@@ -302,20 +302,20 @@ mod tests {
         lanes.push(batch("t", 0, 10..13));
         lanes.push(batch("t", 1, 7..12));
         assert_eq!(lanes.pending().0, 8);
-        let t1 = ("t".to_owned(), 1);
+        let t1 = Part::new("t", 1);
         assert!(lanes.running(&t1));
         assert_eq!(lanes.drop_pending(&t1), Some(7), "the first offset dropped");
         assert_eq!(lanes.drop_pending(&t1), None, "nothing left to drop");
         assert_eq!(lanes.pending().0, 3);
         assert_eq!(
-            lanes.start_of(&("t".to_owned(), 1)),
+            lanes.start_of(&Part::new("t", 1)),
             Some(0),
             "still in flight"
         );
         for (index, _) in ready {
             lanes.done(index);
         }
-        assert_eq!(lanes.start_of(&("t".to_owned(), 1)), None);
+        assert_eq!(lanes.start_of(&Part::new("t", 1)), None);
         assert!(!lanes.running(&t1));
         let rest = lanes.take_ready();
         assert_eq!(rest.len(), 1);

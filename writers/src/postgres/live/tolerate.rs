@@ -5,19 +5,16 @@
 //! replica's offset past it. Everything else is applied in order, per partition as before.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
+use lakesink_model::{Fault, System};
 use lakesink_schema_registry::ChangeBatch;
-use lakesink_writers::postgres::At;
-use lakesink_writers::{Applied, PgReplicator, ReplicaError};
 use tracing::warn;
 
-use super::apply;
-use crate::dead_letter::{DeadLetters, Stage};
-use crate::telemetry::Telemetry;
-use crate::telemetry::metrics::TopicLabels;
+use super::{REPLICA, Rejects, apply};
+use crate::postgres::{Applied, At, PgReplicator, ReplicaError};
+use crate::sink::{Meter, SinkError};
 
 enum Step {
     Apply(Vec<ChangeBatch>),
@@ -29,9 +26,10 @@ pub(super) async fn apply_tolerating(
     replicator: &PgReplicator,
     group: &str,
     batches: &[ChangeBatch],
-    dead: &Arc<DeadLetters>,
-    telemetry: &Telemetry,
-) -> anyhow::Result<Vec<Applied>> {
+    dead: &dyn Rejects,
+    meter: &dyn Meter,
+) -> Result<Vec<Applied>, SinkError> {
+    let failed = |e: ReplicaError| SinkError::new(REPLICA, e);
     let mut next: BTreeMap<(String, i32), i64> = BTreeMap::new();
     let mut merge = |applied: Vec<Applied>| {
         for a in applied {
@@ -42,7 +40,7 @@ pub(super) async fn apply_tolerating(
     let mut steps = VecDeque::from([Step::Apply(batches.to_vec())]);
     while let Some(step) = steps.pop_front() {
         match step {
-            Step::Apply(chunk) => match apply(replicator, group, &chunk, telemetry).await {
+            Step::Apply(chunk) => match apply(replicator, group, &chunk, meter).await {
                 Ok(applied) => merge(applied),
                 Err(ReplicaError::BadData { at, reason }) => {
                     let reason = format!("{at}: {reason}");
@@ -57,30 +55,33 @@ pub(super) async fn apply_tolerating(
                         );
                     } else if rows(&chunk) <= 1 {
                         let bad = chunk.into_iter().find(|b| b.rows.num_rows() == 1);
-                        let bad = bad.ok_or_else(|| anyhow::anyhow!("{reason}"))?;
+                        let bad = bad.ok_or_else(|| {
+                            SinkError::with_fault(REPLICA, Fault::BadData, reason.clone())
+                        })?;
                         steps.push_front(Step::Dead(Box::new(bad), reason));
                     } else {
                         let (first, second) = halve(chunk);
                         push_front(&mut steps, [Step::Apply(first), Step::Apply(second)]);
                     }
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(failed(e)),
             },
             Step::Dead(bad, reason) => {
                 let offset = bad.first_offset;
-                let msg = dead.read(&bad.topic, bad.partition, offset).await?;
-                dead.send(&msg, Stage::Replica, &reason).await?;
+                dead.reject(&bad.topic, bad.partition, offset, &reason)
+                    .await
+                    .map_err(|e| {
+                        SinkError::with_fault(REPLICA, Fault::Unavailable(System::Kafka), e)
+                    })?;
                 warn!(error = %reason, dead_letter_topic = dead.topic(), "a record the replica cannot take sent to the dead-letter topic");
-                telemetry
-                    .metrics
-                    .dead_letters
-                    .get_or_create(&TopicLabels {
-                        topic: bad.topic.to_string(),
-                    })
-                    .inc();
+                meter.dead_lettered(&bad.topic);
                 let mut past = (*bad).clone();
                 past.rows = bad.rows.slice(0, 0);
-                merge(apply(replicator, group, &[past], telemetry).await?);
+                merge(
+                    apply(replicator, group, &[past], meter)
+                        .await
+                        .map_err(failed)?,
+                );
             }
         }
     }
@@ -183,7 +184,7 @@ mod tests {
     use super::*;
 
     fn batch(partition: i32, offsets: std::ops::Range<i64>) -> ChangeBatch {
-        crate::replica::test_batch("t", partition, offsets)
+        crate::sink::test_batch("t", partition, offsets)
     }
 
     fn spans(chunk: &[ChangeBatch]) -> Vec<(i32, i64, i64, usize)> {

@@ -6,15 +6,15 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use lakesink_model::{Backoff, Classify};
-use lakesink_writers::parquet::{ParquetWriter, RawError};
+use lakesink_model::{Backoff, Classify, Observe, System};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::Part;
-use crate::telemetry::Telemetry;
-use crate::telemetry::status::{Component, RAW};
+use super::{ParquetWriter, RAW, RawError};
+use crate::sink::{Rewound, TopicPartition};
+
+type Part = TopicPartition;
 
 /// Probes of the store: the first a second after it failed, then backing off to 30 s.
 const PROBES: Backoff = Backoff {
@@ -24,7 +24,7 @@ const PROBES: Backoff = Backoff {
 };
 
 #[derive(Default)]
-pub(super) struct RawOutage {
+pub(crate) struct RawOutage {
     /// Per partition, the first offset the raw layer does not hold since it let go: read
     /// again from there.
     resume: HashMap<Part, i64>,
@@ -37,55 +37,40 @@ struct Down {
     probe: Option<JoinHandle<Result<(), RawError>>>,
 }
 
-/// What a seek back means for the raw layer.
-pub(super) enum Rewound {
-    /// It takes the partition's records again, from this offset on.
-    Taken(i64),
-    /// It lost records before the seek's offset: it needs a seek of its own, to this offset.
-    Again(i64),
-    /// The store is down again: the next successful probe asks for the seek.
-    Waiting,
-    /// It was not out: it skips what it had received before the seek.
-    NotOut,
-}
-
 impl RawOutage {
     /// Whether the raw layer takes this partition's records now.
-    pub(super) fn taking(&self, part: &Part) -> bool {
+    pub(crate) fn taking(&self, part: &Part) -> bool {
         self.down.is_none() && !self.resume.contains_key(part)
     }
 
     /// Records of `part` from `from` on were not given to the raw layer.
-    pub(super) fn missed(&mut self, part: &Part, from: i64) {
+    pub(crate) fn missed(&mut self, part: &Part, from: i64) {
         let r = self.resume.entry(part.clone()).or_insert(from);
         *r = (*r).min(from);
     }
 
     /// The first offset of `part` the raw layer does not hold, while it is out.
-    pub(super) fn point(&self, part: &Part) -> Option<i64> {
+    pub(crate) fn point(&self, part: &Part) -> Option<i64> {
         self.resume.get(part).copied()
     }
 
     /// A store error: lets go of everything the raw layer holds; errors that retrying
     /// cannot fix are returned.
-    pub(super) fn failed(
+    pub(crate) fn failed(
         &mut self,
         raw: &mut ParquetWriter,
         e: RawError,
-        telemetry: &Telemetry,
-    ) -> anyhow::Result<()> {
+        observe: &dyn Observe,
+    ) -> Result<(), RawError> {
         if !e.retryable() {
-            return Err(e.into());
+            return Err(e);
         }
         for ((topic, partition), from) in raw.abandon_all() {
-            self.missed(&(topic.to_string(), partition), from);
+            self.missed(&TopicPartition::new(topic, partition), from);
         }
         warn!(error = %e, "object store unavailable: the raw layer lets go and probes it; \
-            the replica goes on");
-        telemetry.metrics.retry(Component::ObjectStore.as_str());
-        telemetry
-            .status
-            .paused(Some(RAW), Component::ObjectStore, &e.to_string());
+            the other sinks go on");
+        observe.retrying(Some(RAW), System::ObjectStore, &e.to_string());
         if self.down.is_none() {
             let mut backoff = Box::new(PROBES.delays());
             let first = backoff.next().unwrap_or(PROBES.first);
@@ -99,7 +84,7 @@ impl RawOutage {
     }
 
     /// Starts a probe of the store when one is due.
-    pub(super) fn probe_if_due(&mut self, raw: &ParquetWriter) {
+    pub(crate) fn probe_if_due(&mut self, raw: &ParquetWriter) {
         if let Some(d) = &mut self.down
             && d.probe.is_none()
             && Instant::now() >= d.next_probe
@@ -108,13 +93,13 @@ impl RawOutage {
         }
     }
 
-    pub(super) fn probing(&self) -> bool {
+    pub(crate) fn probing(&self) -> bool {
         self.down.as_ref().is_some_and(|d| d.probe.is_some())
     }
 
     /// Waits for the running probe. When the store answers, returns the partitions to read
     /// again and their offsets; else schedules the next probe.
-    pub(super) async fn probed(&mut self, telemetry: &Telemetry) -> Vec<(Part, i64)> {
+    pub(crate) async fn probed(&mut self, observe: &dyn Observe) -> Vec<(Part, i64)> {
         let Some(d) = &mut self.down else {
             return Vec::new();
         };
@@ -129,7 +114,7 @@ impl RawOutage {
         match result {
             Ok(()) => {
                 self.down = None;
-                telemetry.status.resumed(Some(RAW), Component::ObjectStore);
+                observe.recovered(Some(RAW), System::ObjectStore);
                 info!(
                     parts = self.resume.len(),
                     "object store available again: reading \
@@ -138,7 +123,7 @@ impl RawOutage {
                 self.resume.iter().map(|(p, &o)| (p.clone(), o)).collect()
             }
             Err(e) => {
-                telemetry.metrics.retry(Component::ObjectStore.as_str());
+                observe.retrying(Some(RAW), System::ObjectStore, &e.to_string());
                 let wait = d.backoff.next().unwrap_or(PROBES.max);
                 warn!(error = %e, retry_in = ?wait, "object store still unavailable");
                 d.next_probe = Instant::now() + wait;
@@ -148,20 +133,20 @@ impl RawOutage {
     }
 
     /// The consumer was sought back to `from` for `part`.
-    pub(super) fn rewound(&mut self, part: &Part, from: i64) -> Rewound {
+    pub(crate) fn rewound(&mut self, part: &Part, from: i64) -> Rewound {
         match self.resume.get(part).copied() {
-            None => Rewound::NotOut,
+            None => Rewound::Skip,
             // Out again since: it stays out, and is asked for after the next probe.
             Some(_) if self.down.is_some() => Rewound::Waiting,
             Some(r) if r >= from => {
                 self.resume.remove(part);
-                Rewound::Taken(r)
+                Rewound::From(r)
             }
             Some(r) => Rewound::Again(r),
         }
     }
 
-    pub(super) fn forget(&mut self, part: &Part) {
+    pub(crate) fn forget(&mut self, part: &Part) {
         self.resume.remove(part);
     }
 }
@@ -171,7 +156,7 @@ mod tests {
     use super::*;
 
     fn part(p: i32) -> Part {
-        ("t".to_owned(), p)
+        TopicPartition::new("t", p)
     }
 
     fn down() -> Down {
@@ -200,10 +185,10 @@ mod tests {
         out.down = None;
         assert!(!out.taking(&part(0)));
         assert!(matches!(out.rewound(&part(0), 120), Rewound::Again(100)));
-        assert!(matches!(out.rewound(&part(0), 90), Rewound::Taken(100)));
+        assert!(matches!(out.rewound(&part(0), 90), Rewound::From(100)));
         assert!(out.taking(&part(0)));
         assert_eq!(out.point(&part(0)), None);
-        assert!(matches!(out.rewound(&part(0), 90), Rewound::NotOut));
+        assert!(matches!(out.rewound(&part(0), 90), Rewound::Skip));
     }
 
     #[test]
