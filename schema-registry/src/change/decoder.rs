@@ -11,10 +11,10 @@ use arrow_array::builder::{
     ArrayBuilder, BooleanBuilder, Int64Builder, TimestampMillisecondBuilder,
 };
 
+use super::batch::{Open, append, finish};
 use super::error::other;
 use super::{
-    ChangeBatch, ChangeError, ChangeErrorKind, Format, KafkaRecord, Mismatch, Open, Pushed,
-    ValueShape, append, finish,
+    ChangeBatch, ChangeError, ChangeErrorKind, Format, KafkaRecord, Mismatch, Pushed, ValueShape,
 };
 use crate::avro::{AvroBatchDecoder, Node, Semantics, WriterSchema};
 use crate::connect_json;

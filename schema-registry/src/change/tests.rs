@@ -1,3 +1,4 @@
+use arrow_array::Array;
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
 use serde_json::json;
@@ -6,7 +7,7 @@ use super::decoder::belongs_to;
 use super::*;
 use crate::avro::testing::{string, zigzag};
 use crate::framing::Side;
-use crate::non_data::{Route, Routes};
+use crate::non_data::{NON_DATA_METADATA, Route, Routes};
 use crate::registry::{FixedResolver, Registration};
 
 const AVRO: Format = Format::Avro {

@@ -1,0 +1,241 @@
+//! Batch assembly: the rows of one partition's open batch, and the batch they close into
+//! (the fixed columns, the key, then the value's columns as its shape has them).
+
+use std::sync::Arc;
+
+use arrow_array::builder::{
+    ArrayBuilder, BooleanBuilder, Int64Builder, StringBuilder, TimestampMillisecondBuilder,
+};
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, StructArray, UInt32Array};
+use arrow_schema::{DataType, Field, Schema, TimeUnit};
+
+use super::decoder::Split;
+use super::{ChangeBatch, ChangeErrorKind, ValueShape};
+use crate::avro::AvroBatchDecoder;
+use crate::framing::SchemaRef;
+use crate::non_data::NON_DATA_METADATA;
+
+/// The batch being filled for one partition.
+pub(super) struct Open {
+    pub(super) first_offset: i64,
+    pub(super) last_offset: i64,
+    pub(super) key_schema: Option<SchemaRef>,
+    pub(super) value_schema: Option<SchemaRef>,
+    pub(super) shape: ValueShape,
+    pub(super) keys: Option<AvroBatchDecoder>,
+    pub(super) values: Option<AvroBatchDecoder>,
+    pub(super) offsets: Int64Builder,
+    pub(super) timestamps: TimestampMillisecondBuilder,
+    pub(super) tombstones: BooleanBuilder,
+    /// Per row, the row of the key / value decoders it uses, or None.
+    pub(super) key_rows: Vec<Option<u32>>,
+    pub(super) value_rows: Vec<Option<u32>>,
+}
+
+/// Pushes one side's datum into its decoder: the row it landed in, None when the side is absent.
+pub(super) fn append(
+    side: Option<&Split<'_>>,
+    decoder: Option<&mut AvroBatchDecoder>,
+) -> Result<Option<u32>, ChangeErrorKind> {
+    match (side, decoder) {
+        (Some(f), Some(d)) => {
+            let row = d.rows() as u32;
+            d.push(&f.datum)?;
+            Ok(Some(row))
+        }
+        // Batches split on schema changes, so this cannot happen; refuse rather than misalign.
+        (Some(_), None) => Err(ChangeErrorKind::Model(
+            "a record side the open batch has no decoder for".into(),
+        )),
+        (None, _) => Ok(None),
+    }
+}
+
+/// The rows of `decoded` picked by `rows` (None: a null row); as is when it is the identity.
+fn pick(decoded: &RecordBatch, rows: &[Option<u32>]) -> Result<Vec<ArrayRef>, ChangeErrorKind> {
+    let identity = rows.len() == decoded.num_rows()
+        && rows.iter().enumerate().all(|(i, r)| *r == Some(i as u32));
+    if identity {
+        return Ok(decoded.columns().to_vec());
+    }
+    let indices = UInt32Array::from(rows.to_vec());
+    decoded
+        .columns()
+        .iter()
+        .map(|c| {
+            arrow_select::take::take(c, &indices, None)
+                .map_err(|e| ChangeErrorKind::Model(e.to_string()))
+        })
+        .collect()
+}
+
+/// The open batch as a [`ChangeBatch`]; None when every record pushed into it failed.
+pub(super) fn finish(
+    part: &(Arc<str>, i32),
+    open: &mut Open,
+) -> Result<Option<ChangeBatch>, ChangeErrorKind> {
+    let model = |e: arrow_schema::ArrowError| ChangeErrorKind::Model(e.to_string());
+    let n = open.offsets.len();
+    if n == 0 {
+        return Ok(None);
+    }
+    let mut fields = vec![
+        Field::new("__offset", DataType::Int64, false),
+        Field::new(
+            "__timestamp",
+            DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
+            true,
+        ),
+        Field::new("__op", DataType::Utf8, false),
+        Field::new("__tombstone", DataType::Boolean, false),
+    ];
+    let tombstones = open.tombstones.finish();
+    let mut columns: Vec<ArrayRef> = vec![
+        Arc::new(open.offsets.finish()),
+        Arc::new(open.timestamps.finish()),
+        Arc::new(StringBuilder::new().finish()), // replaced below, once the value is known
+        Arc::new(tombstones.clone()),
+    ];
+    // The key record as one struct column; null for keyless rows.
+    let key_batch = open
+        .keys
+        .as_mut()
+        .map(AvroBatchDecoder::flush)
+        .transpose()?
+        .flatten();
+    match key_batch {
+        Some(keys) => {
+            let picked = pick(&keys, &open.key_rows)?;
+            let nulls = open
+                .key_rows
+                .iter()
+                .map(Option::is_some)
+                .collect::<Vec<_>>();
+            let key =
+                StructArray::try_new(keys.schema().fields().clone(), picked, Some(nulls.into()))
+                    .map_err(model)?;
+            fields.push(Field::new("key", key.data_type().clone(), true));
+            columns.push(Arc::new(key));
+        }
+        None => {
+            fields.push(Field::new(
+                "key",
+                DataType::Struct(Default::default()),
+                true,
+            ));
+            columns.push(Arc::new(StructArray::new_null(Default::default(), n)));
+        }
+    }
+    let value_batch = open
+        .values
+        .as_mut()
+        .map(AvroBatchDecoder::flush)
+        .transpose()?
+        .flatten();
+    let mut ops: Vec<Option<String>> = vec![None; n];
+    if let Some(values) = value_batch {
+        let picked = pick(&values, &open.value_rows)?;
+        match open.shape {
+            ValueShape::Envelope => {
+                for (f, c) in values.schema().fields().iter().zip(picked) {
+                    if f.name() == "op" {
+                        let op = c.as_string_opt::<i32>().ok_or_else(|| {
+                            ChangeErrorKind::Model("envelope op is not a string".into())
+                        })?;
+                        for (i, o) in op.iter().enumerate() {
+                            ops[i] = o.map(str::to_owned);
+                        }
+                    }
+                    fields.push(f.as_ref().clone().with_nullable(true));
+                    columns.push(c);
+                }
+            }
+            _ => {
+                let after = StructArray::try_new(
+                    values.schema().fields().clone(),
+                    picked,
+                    Some(
+                        open.value_rows
+                            .iter()
+                            .map(Option::is_some)
+                            .collect::<Vec<_>>()
+                            .into(),
+                    ),
+                )
+                .map_err(model)?;
+                if let ValueShape::NonData(kind) = open.shape {
+                    // Its own op when it has one (logical decoding messages: `m`), else null.
+                    if let Some(op) = after
+                        .column_by_name("op")
+                        .and_then(|c| c.as_string_opt::<i32>())
+                    {
+                        for (i, o) in op.iter().enumerate() {
+                            ops[i] = o.map(str::to_owned);
+                        }
+                    }
+                    let meta = [(NON_DATA_METADATA.to_owned(), kind.as_str().to_owned())];
+                    let field = Field::new("value", after.data_type().clone(), true).with_metadata(
+                        meta.into_iter()
+                            .collect::<std::collections::HashMap<_, _>>(),
+                    );
+                    fields.push(field);
+                    columns.push(Arc::new(after));
+                    return done(part, open, fields, columns, &tombstones, ops);
+                }
+                let deleted = after
+                    .column_by_name("__deleted")
+                    .and_then(|c| c.as_string_opt::<i32>().cloned());
+                let op = after
+                    .column_by_name("__op")
+                    .and_then(|c| c.as_string_opt::<i32>().cloned());
+                for (i, slot) in ops.iter_mut().enumerate() {
+                    *slot = match (&op, &deleted) {
+                        (Some(op), _) if op.is_valid(i) => Some(op.value(i).to_owned()),
+                        (_, Some(d)) if d.is_valid(i) && d.value(i) == "true" => Some("d".into()),
+                        _ => Some("c".into()),
+                    };
+                }
+                fields.push(Field::new("after", after.data_type().clone(), true));
+                columns.push(Arc::new(after));
+            }
+        }
+    }
+    done(part, open, fields, columns, &tombstones, ops)
+}
+
+/// The batch, with its `__op` column filled in from `ops`.
+fn done(
+    part: &(Arc<str>, i32),
+    open: &Open,
+    mut fields: Vec<Field>,
+    mut columns: Vec<ArrayRef>,
+    tombstones: &BooleanArray,
+    ops: Vec<Option<String>>,
+) -> Result<Option<ChangeBatch>, ChangeErrorKind> {
+    let model = |e: arrow_schema::ArrowError| ChangeErrorKind::Model(e.to_string());
+    let non_data = matches!(open.shape, ValueShape::NonData(_));
+    // A tombstone deletes by key; a row without op is malformed data, unless it is not a row.
+    let mut op_column = StringBuilder::with_capacity(ops.len(), ops.len());
+    for (i, op) in ops.into_iter().enumerate() {
+        match (tombstones.value(i), op) {
+            (true, _) => op_column.append_value("d"),
+            (false, Some(op)) => op_column.append_value(op),
+            (false, None) if non_data => op_column.append_null(),
+            (false, None) => return Err(ChangeErrorKind::Model(format!("row {i} has no op"))),
+        }
+    }
+    columns[2] = Arc::new(op_column.finish());
+    fields[2] = fields[2].clone().with_nullable(non_data);
+    let rows = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).map_err(model)?;
+    Ok(Some(ChangeBatch {
+        topic: part.0.clone(),
+        partition: part.1,
+        first_offset: open.first_offset,
+        last_offset: open.last_offset,
+        key_schema: open.key_schema.clone(),
+        value_schema: open.value_schema.clone(),
+        shape: open.shape,
+        rows,
+    }))
+}
