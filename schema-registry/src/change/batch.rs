@@ -7,14 +7,17 @@ use arrow_array::builder::{
     ArrayBuilder, BooleanBuilder, Int64Builder, StringBuilder, TimestampMillisecondBuilder,
 };
 use arrow_array::cast::AsArray;
-use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, StructArray, UInt32Array};
-use arrow_schema::{DataType, Field, Schema, TimeUnit};
+use arrow_array::{
+    Array, ArrayRef, BooleanArray, RecordBatch, StringArray, StructArray, UInt32Array,
+};
+use arrow_buffer::NullBuffer;
+use arrow_schema::{ArrowError, DataType, Field, Schema, TimeUnit};
 
 use super::decoder::Split;
 use super::{ChangeBatch, ChangeErrorKind, ValueShape};
-use crate::avro::AvroBatchDecoder;
+use crate::avro::{AvroBatchDecoder, DecodeError};
 use crate::framing::SchemaRef;
-use crate::non_data::NON_DATA_METADATA;
+use crate::non_data::{NON_DATA_METADATA, NonData};
 
 /// The batch being filled for one partition.
 pub(super) struct Open {
@@ -75,12 +78,24 @@ pub(super) fn finish(
     part: &(Arc<str>, i32),
     open: &mut Open,
 ) -> Result<Option<ChangeBatch>, ChangeErrorKind> {
-    let model = |e: arrow_schema::ArrowError| ChangeErrorKind::Model(e.to_string());
     let n = open.offsets.len();
     if n == 0 {
         return Ok(None);
     }
-    let mut fields = vec![
+    let (mut fields, mut columns, tombstones) = record_columns(open);
+    let key = key_column(open, n)?;
+    let mut ops: Vec<Option<String>> = vec![None; n];
+    let value = value_columns(open, &mut ops)?;
+    for (field, column) in std::iter::once(key).chain(value) {
+        fields.push(field);
+        columns.push(column);
+    }
+    done(part, open, fields, columns, &tombstones, ops)
+}
+
+/// The Kafka record's own columns, and its tombstone flags for [`done`].
+fn record_columns(open: &mut Open) -> (Vec<Field>, Vec<ArrayRef>, BooleanArray) {
+    let fields = vec![
         Field::new("__offset", DataType::Int64, false),
         Field::new(
             "__timestamp",
@@ -91,117 +106,144 @@ pub(super) fn finish(
         Field::new("__tombstone", DataType::Boolean, false),
     ];
     let tombstones = open.tombstones.finish();
-    let mut columns: Vec<ArrayRef> = vec![
+    let columns: Vec<ArrayRef> = vec![
         Arc::new(open.offsets.finish()),
         Arc::new(open.timestamps.finish()),
-        Arc::new(StringBuilder::new().finish()), // replaced below, once the value is known
+        Arc::new(StringBuilder::new().finish()), // replaced by done, once the value is known
         Arc::new(tombstones.clone()),
     ];
-    // The key record as one struct column; null for keyless rows.
-    let key_batch = open
-        .keys
+    (fields, columns, tombstones)
+}
+
+/// The key record as one struct column; null for keyless rows.
+fn key_column(open: &mut Open, n: usize) -> Result<(Field, ArrayRef), ChangeErrorKind> {
+    let Some(keys) = flushed(&mut open.keys)? else {
+        let field = Field::new("key", DataType::Struct(Default::default()), true);
+        return Ok((
+            field,
+            Arc::new(StructArray::new_null(Default::default(), n)),
+        ));
+    };
+    let picked = pick(&keys, &open.key_rows)?;
+    let key = StructArray::try_new(
+        keys.schema().fields().clone(),
+        picked,
+        Some(present(&open.key_rows)),
+    )
+    .map_err(model)?;
+    Ok((
+        Field::new("key", key.data_type().clone(), true),
+        Arc::new(key),
+    ))
+}
+
+/// The value's columns as its shape has them; each row's op into `ops` where the value has it.
+fn value_columns(
+    open: &mut Open,
+    ops: &mut [Option<String>],
+) -> Result<Vec<(Field, ArrayRef)>, ChangeErrorKind> {
+    let Some(values) = flushed(&mut open.values)? else {
+        return Ok(Vec::new());
+    };
+    let picked = pick(&values, &open.value_rows)?;
+    if open.shape == ValueShape::Envelope {
+        return envelope_columns(&values, picked, ops);
+    }
+    let after = StructArray::try_new(
+        values.schema().fields().clone(),
+        picked,
+        Some(present(&open.value_rows)),
+    )
+    .map_err(model)?;
+    Ok(vec![match open.shape {
+        ValueShape::NonData(kind) => non_data_column(kind, after, ops),
+        _ => flattened_column(after, ops),
+    }])
+}
+
+/// Each field of the envelope as a column of its own.
+fn envelope_columns(
+    values: &RecordBatch,
+    picked: Vec<ArrayRef>,
+    ops: &mut [Option<String>],
+) -> Result<Vec<(Field, ArrayRef)>, ChangeErrorKind> {
+    let mut out = Vec::with_capacity(picked.len());
+    for (f, c) in values.schema().fields().iter().zip(picked) {
+        if f.name() == "op" {
+            let op = c
+                .as_string_opt::<i32>()
+                .ok_or_else(|| ChangeErrorKind::Model("envelope op is not a string".into()))?;
+            fill_ops(ops, op);
+        }
+        out.push((f.as_ref().clone().with_nullable(true), c));
+    }
+    Ok(out)
+}
+
+/// A record that is not a row: its whole value as one `value` column, tagged with its kind.
+fn non_data_column(
+    kind: NonData,
+    value: StructArray,
+    ops: &mut [Option<String>],
+) -> (Field, ArrayRef) {
+    // Its own op when it has one (logical decoding messages: `m`), else null.
+    if let Some(op) = value
+        .column_by_name("op")
+        .and_then(|c| c.as_string_opt::<i32>())
+    {
+        fill_ops(ops, op);
+    }
+    let meta = [(NON_DATA_METADATA.to_owned(), kind.as_str().to_owned())];
+    let field = Field::new("value", value.data_type().clone(), true).with_metadata(
+        meta.into_iter()
+            .collect::<std::collections::HashMap<_, _>>(),
+    );
+    (field, Arc::new(value))
+}
+
+/// A flattened row as one `after` column; its op from `__op`, else from `__deleted`.
+fn flattened_column(after: StructArray, ops: &mut [Option<String>]) -> (Field, ArrayRef) {
+    let deleted = after
+        .column_by_name("__deleted")
+        .and_then(|c| c.as_string_opt::<i32>().cloned());
+    let op = after
+        .column_by_name("__op")
+        .and_then(|c| c.as_string_opt::<i32>().cloned());
+    for (i, slot) in ops.iter_mut().enumerate() {
+        *slot = match (&op, &deleted) {
+            (Some(op), _) if op.is_valid(i) => Some(op.value(i).to_owned()),
+            (_, Some(d)) if d.is_valid(i) && d.value(i) == "true" => Some("d".into()),
+            _ => Some("c".into()),
+        };
+    }
+    (
+        Field::new("after", after.data_type().clone(), true),
+        Arc::new(after),
+    )
+}
+
+/// The batch a decoder holds, flushed; None when there is no decoder or it holds no rows.
+fn flushed(decoder: &mut Option<AvroBatchDecoder>) -> Result<Option<RecordBatch>, DecodeError> {
+    decoder
         .as_mut()
         .map(AvroBatchDecoder::flush)
-        .transpose()?
-        .flatten();
-    match key_batch {
-        Some(keys) => {
-            let picked = pick(&keys, &open.key_rows)?;
-            let nulls = open
-                .key_rows
-                .iter()
-                .map(Option::is_some)
-                .collect::<Vec<_>>();
-            let key =
-                StructArray::try_new(keys.schema().fields().clone(), picked, Some(nulls.into()))
-                    .map_err(model)?;
-            fields.push(Field::new("key", key.data_type().clone(), true));
-            columns.push(Arc::new(key));
-        }
-        None => {
-            fields.push(Field::new(
-                "key",
-                DataType::Struct(Default::default()),
-                true,
-            ));
-            columns.push(Arc::new(StructArray::new_null(Default::default(), n)));
-        }
+        .transpose()
+        .map(Option::flatten)
+}
+
+/// The validity of a struct column: the rows that have this side.
+fn present(rows: &[Option<u32>]) -> NullBuffer {
+    rows.iter().map(Option::is_some).collect::<Vec<_>>().into()
+}
+
+fn fill_ops(ops: &mut [Option<String>], op: &StringArray) {
+    for (i, o) in op.iter().enumerate() {
+        ops[i] = o.map(str::to_owned);
     }
-    let value_batch = open
-        .values
-        .as_mut()
-        .map(AvroBatchDecoder::flush)
-        .transpose()?
-        .flatten();
-    let mut ops: Vec<Option<String>> = vec![None; n];
-    if let Some(values) = value_batch {
-        let picked = pick(&values, &open.value_rows)?;
-        match open.shape {
-            ValueShape::Envelope => {
-                for (f, c) in values.schema().fields().iter().zip(picked) {
-                    if f.name() == "op" {
-                        let op = c.as_string_opt::<i32>().ok_or_else(|| {
-                            ChangeErrorKind::Model("envelope op is not a string".into())
-                        })?;
-                        for (i, o) in op.iter().enumerate() {
-                            ops[i] = o.map(str::to_owned);
-                        }
-                    }
-                    fields.push(f.as_ref().clone().with_nullable(true));
-                    columns.push(c);
-                }
-            }
-            _ => {
-                let after = StructArray::try_new(
-                    values.schema().fields().clone(),
-                    picked,
-                    Some(
-                        open.value_rows
-                            .iter()
-                            .map(Option::is_some)
-                            .collect::<Vec<_>>()
-                            .into(),
-                    ),
-                )
-                .map_err(model)?;
-                if let ValueShape::NonData(kind) = open.shape {
-                    // Its own op when it has one (logical decoding messages: `m`), else null.
-                    if let Some(op) = after
-                        .column_by_name("op")
-                        .and_then(|c| c.as_string_opt::<i32>())
-                    {
-                        for (i, o) in op.iter().enumerate() {
-                            ops[i] = o.map(str::to_owned);
-                        }
-                    }
-                    let meta = [(NON_DATA_METADATA.to_owned(), kind.as_str().to_owned())];
-                    let field = Field::new("value", after.data_type().clone(), true).with_metadata(
-                        meta.into_iter()
-                            .collect::<std::collections::HashMap<_, _>>(),
-                    );
-                    fields.push(field);
-                    columns.push(Arc::new(after));
-                    return done(part, open, fields, columns, &tombstones, ops);
-                }
-                let deleted = after
-                    .column_by_name("__deleted")
-                    .and_then(|c| c.as_string_opt::<i32>().cloned());
-                let op = after
-                    .column_by_name("__op")
-                    .and_then(|c| c.as_string_opt::<i32>().cloned());
-                for (i, slot) in ops.iter_mut().enumerate() {
-                    *slot = match (&op, &deleted) {
-                        (Some(op), _) if op.is_valid(i) => Some(op.value(i).to_owned()),
-                        (_, Some(d)) if d.is_valid(i) && d.value(i) == "true" => Some("d".into()),
-                        _ => Some("c".into()),
-                    };
-                }
-                fields.push(Field::new("after", after.data_type().clone(), true));
-                columns.push(Arc::new(after));
-            }
-        }
-    }
-    done(part, open, fields, columns, &tombstones, ops)
+}
+
+fn model(e: ArrowError) -> ChangeErrorKind {
+    ChangeErrorKind::Model(e.to_string())
 }
 
 /// The batch, with its `__op` column filled in from `ops`.
@@ -213,7 +255,6 @@ fn done(
     tombstones: &BooleanArray,
     ops: Vec<Option<String>>,
 ) -> Result<Option<ChangeBatch>, ChangeErrorKind> {
-    let model = |e: arrow_schema::ArrowError| ChangeErrorKind::Model(e.to_string());
     let non_data = matches!(open.shape, ValueShape::NonData(_));
     // A tombstone deletes by key; a row without op is malformed data, unless it is not a row.
     let mut op_column = StringBuilder::with_capacity(ops.len(), ops.len());
