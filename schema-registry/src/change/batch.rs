@@ -14,30 +14,97 @@ use arrow_buffer::NullBuffer;
 use arrow_schema::{ArrowError, DataType, Field, Schema, TimeUnit};
 
 use super::decoder::Split;
-use super::{ChangeBatch, ChangeErrorKind, ValueShape};
+use super::{ChangeBatch, ChangeError, ChangeErrorKind, KafkaRecord, ValueShape};
 use crate::avro::{AvroBatchDecoder, DecodeError};
-use crate::framing::SchemaRef;
+use crate::framing::{SchemaRef, Side};
 use crate::non_data::{NON_DATA_METADATA, NonData};
 
 /// The batch being filled for one partition.
 pub(super) struct Open {
-    pub(super) first_offset: i64,
+    first_offset: i64,
     pub(super) last_offset: i64,
     pub(super) key_schema: Option<SchemaRef>,
     pub(super) value_schema: Option<SchemaRef>,
-    pub(super) shape: ValueShape,
+    shape: ValueShape,
     pub(super) keys: Option<AvroBatchDecoder>,
     pub(super) values: Option<AvroBatchDecoder>,
-    pub(super) offsets: Int64Builder,
-    pub(super) timestamps: TimestampMillisecondBuilder,
-    pub(super) tombstones: BooleanBuilder,
+    offsets: Int64Builder,
+    timestamps: TimestampMillisecondBuilder,
+    tombstones: BooleanBuilder,
     /// Per row, the row of the key / value decoders it uses, or None.
-    pub(super) key_rows: Vec<Option<u32>>,
-    pub(super) value_rows: Vec<Option<u32>>,
+    key_rows: Vec<Option<u32>>,
+    value_rows: Vec<Option<u32>>,
+}
+
+impl Open {
+    pub(super) fn new(
+        offset: i64,
+        key_schema: Option<SchemaRef>,
+        value_schema: Option<SchemaRef>,
+        shape: ValueShape,
+        keys: Option<AvroBatchDecoder>,
+        values: Option<AvroBatchDecoder>,
+    ) -> Self {
+        Self {
+            first_offset: offset,
+            last_offset: offset,
+            key_schema,
+            value_schema,
+            shape,
+            keys,
+            values,
+            offsets: Int64Builder::new(),
+            timestamps: TimestampMillisecondBuilder::new().with_timezone("UTC"),
+            tombstones: BooleanBuilder::new(),
+            key_rows: Vec::new(),
+            value_rows: Vec::new(),
+        }
+    }
+
+    /// Whether a record of these schemas joins this batch: a new batch when the schemas
+    /// change, or this one is full; a tombstone joins whatever batch is open.
+    pub(super) fn joins(
+        &self,
+        batch_rows: usize,
+        key_schema: Option<&SchemaRef>,
+        value_schema: Option<&SchemaRef>,
+    ) -> bool {
+        let has_room = |d: &Option<AvroBatchDecoder>| d.as_ref().is_none_or(|d| !d.is_full());
+        self.offsets.len() < batch_rows
+            && has_room(&self.keys)
+            && has_room(&self.values)
+            && (key_schema.is_none() || self.key_schema.as_ref() == key_schema)
+            && (value_schema.is_none() || self.value_schema.as_ref() == value_schema)
+            && !(self.shape == ValueShape::KeyOnly && value_schema.is_some())
+    }
+
+    /// Appends one record's row.
+    pub(super) fn push_row(
+        &mut self,
+        record: KafkaRecord<'_>,
+        key: Option<&Split<'_>>,
+        value: Option<&Split<'_>>,
+    ) -> Result<(), ChangeError> {
+        // Key first: if the value then fails, the key row is left unused, never misaligned.
+        let key_row =
+            append(key, self.keys.as_mut()).map_err(ChangeError::at(record, Side::Key))?;
+        let value_row =
+            append(value, self.values.as_mut()).map_err(ChangeError::at(record, Side::Value))?;
+        if self.offsets.len() == 0 {
+            self.first_offset = record.offset;
+        }
+        self.offsets.append_value(record.offset);
+        self.timestamps.append_option(record.timestamp);
+        self.tombstones.append_value(value.is_none());
+        self.key_rows.push(key_row);
+        self.value_rows.push(value_row);
+        self.last_offset = record.offset;
+        Ok(())
+    }
 }
 
 /// Pushes one side's datum into its decoder: the row it landed in, None when the side is absent.
-pub(super) fn append(
+fn append(
     side: Option<&Split<'_>>,
     decoder: Option<&mut AvroBatchDecoder>,
 ) -> Result<Option<u32>, ChangeErrorKind> {

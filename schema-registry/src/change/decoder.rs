@@ -7,11 +7,7 @@ use std::borrow::Cow;
 use foldhash::{HashMap, HashSet};
 use std::sync::Arc;
 
-use arrow_array::builder::{
-    ArrayBuilder, BooleanBuilder, Int64Builder, TimestampMillisecondBuilder,
-};
-
-use super::batch::{Open, append, finish};
+use super::batch::{Open, finish};
 use super::error::other;
 use super::{
     ChangeBatch, ChangeError, ChangeErrorKind, Format, KafkaRecord, Mismatch, Pushed, ValueShape,
@@ -303,26 +299,8 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
     /// Decodes one record. Records of a partition must come in offset order. On error nothing
     /// of the record is kept and earlier rows stay intact.
     pub async fn push<'a>(&mut self, record: KafkaRecord<'a>) -> Result<Pushed, ChangeError> {
-        let at = |side: Side| {
-            move |kind: ChangeErrorKind| ChangeError {
-                topic: record.topic.to_owned(),
-                partition: record.partition,
-                offset: record.offset,
-                side,
-                kind,
-            }
-        };
-        let split = |this: &mut Self, side: Side, bytes: Option<&'a [u8]>| match bytes {
-            Some(b) => this.split(side, b, record.headers).map(Some),
-            None => Ok(None),
-        };
-        let sides = split(self, Side::Key, record.key).map_err(at(Side::Key));
-        let sides = sides.and_then(|k| {
-            split(self, Side::Value, record.value)
-                .map(|v| (k, v))
-                .map_err(at(Side::Value))
-        });
-        let (key, value) = match sides {
+        let at = |side| ChangeError::at(record, side);
+        let (key, value) = match self.split_sides(record) {
             Ok(sides) => sides,
             // Signals are plain JSON that no format here decodes: looked for only on failure.
             Err(_) if is_signal(record.value) => {
@@ -333,29 +311,9 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
 
         // Both sides' schemas, each checked against the topic, before the value's kind
         // decides anything: a wrong id must stop the topic, not have its rows skipped.
-        let mut value_prepared = None;
-        if let Some(v) = &value {
-            let p = self.prepare(&v.schema).await.map_err(at(Side::Value))?;
-            self.check_belongs(record.topic, Side::Value, v, &p)
-                .await
-                .map_err(at(Side::Value))?;
-            value_prepared = Some(p);
-        }
-        let key_prepared = match &key {
-            Some(k) => {
-                let p = self.prepare(&k.schema).await.map_err(at(Side::Key))?;
-                self.check_belongs(record.topic, Side::Key, k, &p)
-                    .await
-                    .map_err(at(Side::Key))?;
-                Some(p)
-            }
-            None => None,
-        };
-        if let (Some(k), Some(kp), Some(v), Some(vp)) =
-            (&key, &key_prepared, &value, &value_prepared)
-        {
-            check_key_fits_value(k, kp, v, vp).map_err(at(Side::Value))?;
-        }
+        let (key_prepared, value_prepared) = self
+            .prepare_sides(record, key.as_ref(), value.as_ref())
+            .await?;
         let mut non_data = None;
         if let Some(p) = &value_prepared
             && let Err(kind) = p.shape
@@ -376,83 +334,154 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
         let part = (self.topic(record.topic), record.partition);
         let key_schema = key.as_ref().map(|k| k.schema.clone());
         let value_schema = value.as_ref().map(|v| v.schema.clone());
-        // A new batch when the schemas change; a tombstone joins whatever batch is open.
-        let has_room = |d: &Option<AvroBatchDecoder>| d.as_ref().is_none_or(|d| !d.is_full());
-        let reuse = self.open.get(&part).is_some_and(|o| {
-            o.offsets.len() < self.batch_rows
-                && has_room(&o.keys)
-                && has_room(&o.values)
-                && (key_schema.is_none() || o.key_schema == key_schema)
-                && (value_schema.is_none() || o.value_schema == value_schema)
-                && !(o.shape == ValueShape::KeyOnly && value_schema.is_some())
-        });
-        if !reuse && let Some(open) = self.open.remove(&part) {
-            let closed = self.close(&part, open).map_err(at(Side::Value))?;
-            self.ready.extend(closed);
-        }
+        self.close_unless_joined(&part, key_schema.as_ref(), value_schema.as_ref())
+            .map_err(at(Side::Value))?;
         if !self.open.contains_key(&part) {
-            let shape = match &value_prepared {
-                Some(p) => p.shape.unwrap_or_else(ValueShape::NonData),
-                None => ValueShape::KeyOnly,
-            };
-            // A key schema names no connector: its decoder takes the value schema's (the
-            // last one seen with this key schema, for a tombstone opening a batch).
-            let semantics = match (&value_prepared, &key_schema) {
-                (Some(p), key) => {
-                    let semantics = p.semantics;
-                    if let Some(k) = key {
-                        self.key_semantics.insert(k.clone(), semantics);
-                    }
-                    semantics
-                }
-                (None, Some(k)) => self
-                    .key_semantics
-                    .get(k)
-                    .copied()
-                    .unwrap_or_else(|| self.fallback_semantics()),
-                (None, None) => self.fallback_semantics(),
-            };
-            let mut decoder = |s: &Option<SchemaRef>, p: &Option<Arc<Prepared>>| match (s, p) {
-                (Some(s), Some(p)) => self.decoder(s, p, semantics).map(Some),
-                _ => Ok(None),
-            };
-            let open = Open {
-                first_offset: record.offset,
-                last_offset: record.offset,
-                key_schema: key_schema.clone(),
-                value_schema: value_schema.clone(),
-                shape,
-                keys: decoder(&key_schema, &key_prepared).map_err(|e| at(Side::Key)(e.into()))?,
-                values: decoder(&value_schema, &value_prepared)
-                    .map_err(|e| at(Side::Value)(e.into()))?,
-                offsets: Int64Builder::new(),
-                timestamps: TimestampMillisecondBuilder::new().with_timezone("UTC"),
-                tombstones: BooleanBuilder::new(),
-                key_rows: Vec::new(),
-                value_rows: Vec::new(),
-            };
+            let open = self.open_batch(
+                record,
+                key_schema,
+                key_prepared.as_deref(),
+                value_schema,
+                value_prepared.as_deref(),
+            )?;
             self.open.insert(part.clone(), open);
         }
         let open = self
             .open
             .get_mut(&part)
             .ok_or_else(|| at(Side::Value)(ChangeErrorKind::Model("no open batch".into())))?;
-        // Key first: if the value then fails, the key row is left unused, never misaligned.
-        let key_row = append(key.as_ref(), open.keys.as_mut()).map_err(at(Side::Key))?;
-        let value_row = append(value.as_ref(), open.values.as_mut()).map_err(at(Side::Value))?;
-        if open.offsets.len() == 0 {
-            open.first_offset = record.offset;
-        }
-        open.offsets.append_value(record.offset);
-        open.timestamps.append_option(record.timestamp);
-        open.tombstones.append_value(value.is_none());
-        open.key_rows.push(key_row);
-        open.value_rows.push(value_row);
-        open.last_offset = record.offset;
+        open.push_row(record, key.as_ref(), value.as_ref())?;
         Ok(Pushed {
             completed: std::mem::take(&mut self.ready),
             non_data,
         })
+    }
+
+    /// Both sides of a record, unframed (or converted); the key's error comes first.
+    fn split_sides<'a>(
+        &mut self,
+        record: KafkaRecord<'a>,
+    ) -> Result<(Option<Split<'a>>, Option<Split<'a>>), ChangeError> {
+        let mut split = |side: Side, bytes: Option<&'a [u8]>| {
+            bytes
+                .map(|b| self.split(side, b, record.headers))
+                .transpose()
+                .map_err(ChangeError::at(record, side))
+        };
+        let key = split(Side::Key, record.key)?;
+        Ok((key, split(Side::Value, record.value)?))
+    }
+
+    /// Both sides' writer schemas, each checked against the topic, then against each other.
+    async fn prepare_sides(
+        &mut self,
+        record: KafkaRecord<'_>,
+        key: Option<&Split<'_>>,
+        value: Option<&Split<'_>>,
+    ) -> Result<(Option<Arc<Prepared>>, Option<Arc<Prepared>>), ChangeError> {
+        let value_prepared = self.prepare_side(record, Side::Value, value).await?;
+        let key_prepared = self.prepare_side(record, Side::Key, key).await?;
+        if let (Some(k), Some(kp), Some(v), Some(vp)) = (key, &key_prepared, value, &value_prepared)
+        {
+            check_key_fits_value(k, kp, v, vp).map_err(ChangeError::at(record, Side::Value))?;
+        }
+        Ok((key_prepared, value_prepared))
+    }
+
+    /// One side's writer schema, checked against the record's topic.
+    async fn prepare_side(
+        &mut self,
+        record: KafkaRecord<'_>,
+        side: Side,
+        split: Option<&Split<'_>>,
+    ) -> Result<Option<Arc<Prepared>>, ChangeError> {
+        let Some(split) = split else {
+            return Ok(None);
+        };
+        let p = self
+            .prepare(&split.schema)
+            .await
+            .map_err(ChangeError::at(record, side))?;
+        self.check_belongs(record.topic, side, split, &p)
+            .await
+            .map_err(ChangeError::at(record, side))?;
+        Ok(Some(p))
+    }
+
+    /// Closes the partition's open batch into `ready`, unless a record of these schemas
+    /// joins it.
+    fn close_unless_joined(
+        &mut self,
+        part: &(Arc<str>, i32),
+        key_schema: Option<&SchemaRef>,
+        value_schema: Option<&SchemaRef>,
+    ) -> Result<(), ChangeErrorKind> {
+        let joins = self
+            .open
+            .get(part)
+            .is_some_and(|o| o.joins(self.batch_rows, key_schema, value_schema));
+        if !joins && let Some(open) = self.open.remove(part) {
+            let closed = self.close(part, open)?;
+            self.ready.extend(closed);
+        }
+        Ok(())
+    }
+
+    /// A new batch starting at `record`, with decoders for its key and value schemas.
+    fn open_batch(
+        &mut self,
+        record: KafkaRecord<'_>,
+        key_schema: Option<SchemaRef>,
+        key_prepared: Option<&Prepared>,
+        value_schema: Option<SchemaRef>,
+        value_prepared: Option<&Prepared>,
+    ) -> Result<Open, ChangeError> {
+        let shape = match value_prepared {
+            Some(p) => p.shape.unwrap_or_else(ValueShape::NonData),
+            None => ValueShape::KeyOnly,
+        };
+        let semantics = self.batch_semantics(value_prepared, key_schema.as_ref());
+        let mut decoder = |s: &Option<SchemaRef>, p: Option<&Prepared>| match (s, p) {
+            (Some(s), Some(p)) => self.decoder(s, p, semantics).map(Some),
+            _ => Ok(None),
+        };
+        let at = |side| ChangeError::at(record, side);
+        let keys = decoder(&key_schema, key_prepared).map_err(|e| at(Side::Key)(e.into()))?;
+        let values =
+            decoder(&value_schema, value_prepared).map_err(|e| at(Side::Value)(e.into()))?;
+        Ok(Open::new(
+            record.offset,
+            key_schema,
+            value_schema,
+            shape,
+            keys,
+            values,
+        ))
+    }
+
+    /// The semantics of a new batch's decoders. A key schema names no connector: its decoder
+    /// takes the value schema's (the last one seen with this key schema, for a tombstone
+    /// opening a batch).
+    fn batch_semantics(
+        &mut self,
+        value_prepared: Option<&Prepared>,
+        key_schema: Option<&SchemaRef>,
+    ) -> Semantics {
+        match (value_prepared, key_schema) {
+            (Some(p), key) => {
+                let semantics = p.semantics;
+                if let Some(k) = key {
+                    self.key_semantics.insert(k.clone(), semantics);
+                }
+                semantics
+            }
+            (None, Some(k)) => self
+                .key_semantics
+                .get(k)
+                .copied()
+                .unwrap_or_else(|| self.fallback_semantics()),
+            (None, None) => self.fallback_semantics(),
+        }
     }
 
     /// A non-data record that is not kept: skipped, or refused by its route.

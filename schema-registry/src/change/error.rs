@@ -1,5 +1,6 @@
 //! The errors of decoding a record: the side it failed on and why.
 
+use super::KafkaRecord;
 use crate::avro::{DecodeError, SchemaError};
 use crate::connect_json::JsonError;
 use crate::framing::{FramingError, IdKind, SchemaRef, Side};
@@ -157,6 +158,17 @@ impl std::fmt::Display for Mismatch {
 }
 
 impl ChangeError {
+    /// Places an error at one side of `record`.
+    pub(super) fn at(record: KafkaRecord<'_>, side: Side) -> impl FnOnce(ChangeErrorKind) -> Self {
+        move |kind| ChangeError {
+            topic: record.topic.to_owned(),
+            partition: record.partition,
+            offset: record.offset,
+            side,
+            kind,
+        }
+    }
+
     /// Whether the record itself is at fault (bad framing or data, an id the registry does
     /// not know), so other records can still be decoded; not a registry that refuses or
     /// misbehaves, which would fail every record alike.
