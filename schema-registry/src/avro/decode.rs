@@ -11,29 +11,10 @@ use arrow_avro::reader::{Decoder, DecoderMode, ReaderBuilder};
 use arrow_avro::schema::{AvroSchema, SchemaStore};
 
 use super::direct::DirectDecoder;
+use super::error::{DecodeError, internal};
 use super::schema::{Node, WriterSchema};
 use super::semantic::{self, Semantics};
-use super::validate::{Cursor, DatumError, validate};
-
-#[derive(Debug, thiserror::Error)]
-pub enum DecodeError {
-    /// The datum does not match its writer schema: bad data.
-    #[error("{0}")]
-    Datum(#[from] DatumError),
-    /// A union-rooted schema whose datum is its null branch: there is no row to make.
-    #[error("the datum is the null branch of the schema's root union")]
-    NullRoot,
-    /// The schema cannot be decoded into Arrow (arrow-avro refused it).
-    #[error("schema not supported for Arrow decoding: {0}")]
-    Schema(String),
-    /// arrow-avro failed on a datum that validated: a bug here or there.
-    #[error("decoder failed on a valid datum: {0}")]
-    Internal(String),
-    /// A value whose meaning depends on the connector, in records that name none: a setting
-    /// is missing, so every such record would fail alike.
-    #[error("{0}")]
-    Connector(String),
-}
+use super::validate::{Cursor, validate};
 
 /// Where the record lies in the root: the root itself, or one branch of a `["null", record]`
 /// root union (Debezium's flattened values can be registered that way).
@@ -265,10 +246,6 @@ fn holds_bare_null(node: &Node) -> bool {
         Node::Record { fields, .. } => fields.iter().any(holds_bare_null),
         _ => false,
     }
-}
-
-fn internal(e: impl std::fmt::Display) -> DecodeError {
-    DecodeError::Internal(e.to_string())
 }
 
 /// Validates the datum, then decodes it with arrow-avro.

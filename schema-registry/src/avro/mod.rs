@@ -4,12 +4,14 @@
 
 mod decode;
 mod direct;
+mod error;
 mod schema;
 mod semantic;
 mod validate;
 mod zoned;
 
-pub use decode::{AvroBatchDecoder, DecodeError};
+pub use decode::AvroBatchDecoder;
+pub use error::DecodeError;
 pub use schema::{Node, SchemaError, WriterSchema};
 pub use semantic::{Semantics, target_type};
 pub use validate::{DatumError, validate};

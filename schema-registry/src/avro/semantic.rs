@@ -12,7 +12,7 @@ use arrow_array::{
 use arrow_buffer::NullBuffer;
 use arrow_schema::{DataType, Field, FieldRef, Fields, Metadata, Schema, TimeUnit};
 
-use super::decode::DecodeError;
+use super::error::{DecodeError, internal};
 use super::schema::{WIDE_DECIMAL_SCALE, ZONED_TIMESTAMP};
 use super::zoned::{
     INFINITY_DAYS, INFINITY_MICROS, NEG_INFINITY_DAYS, NEG_INFINITY_MICROS, zoned_timestamp_micros,
@@ -127,10 +127,6 @@ pub(super) fn apply(batch: RecordBatch, semantics: Semantics) -> Result<RecordBa
     }
     let schema = Schema::new_with_metadata(fields, schema.metadata().clone());
     RecordBatch::try_new(Arc::new(schema), columns).map_err(internal)
-}
-
-fn internal(e: impl std::fmt::Display) -> DecodeError {
-    DecodeError::Internal(e.to_string())
 }
 
 /// arrow-avro keeps unknown Avro attributes as JSON text: `"\"io.debezium.time.Date\""`.

@@ -1,11 +1,15 @@
+use arrow_array::Array;
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
 use lakesink_model::Classify;
 use serde_json::json;
 
+use super::decoder::belongs_to;
 use super::*;
 use crate::avro::testing::{string, zigzag};
-use crate::registry::FixedResolver;
+use crate::framing::Side;
+use crate::non_data::{NON_DATA_METADATA, Route, Routes};
+use crate::registry::{FixedResolver, Registration};
 
 const AVRO: Format = Format::Avro {
     payload_ids: IdKind::ContentId,
