@@ -345,7 +345,7 @@ fn list(names: &[&String]) -> String {
 }
 
 async fn registry(config: &Config) -> Result<String, String> {
-    let mut c = crate::registry_config(&config.registry).map_err(|e| format!("{e:#}"))?;
+    let mut c = crate::registry::config(&config.registry).map_err(|e| format!("{e:#}"))?;
     c.timeout = TIMEOUT;
     // One attempt: the check reports, it does not wait out an outage.
     c.backoff = Backoff {

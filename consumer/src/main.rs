@@ -9,6 +9,7 @@ mod kafka_auth;
 mod offsets;
 mod pipeline;
 mod progress;
+mod registry;
 mod replay;
 mod sinks;
 mod tail;
@@ -20,11 +21,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use lakesink_config::{Config, LogFormat, PayloadIds, RecordFormat, RegistryApi, RegistryConfig};
+use lakesink_config::{Config, LogFormat, PayloadIds, RecordFormat};
 use lakesink_model::{Classify, Fault, System};
 use lakesink_schema_registry::{
-    Api, Auth, CachedResolver, ChangeError, FixedResolver, Format, HttpRegistry,
-    HttpRegistryConfig, IdKind,
+    CachedResolver, ChangeError, FixedResolver, Format, HttpRegistry, IdKind,
 };
 use lakesink_writers::ReplicaError;
 use lakesink_writers::parquet::{ParquetWriter, RawError, RawSink};
@@ -124,7 +124,7 @@ async fn main() -> anyhow::Result<()> {
         return match format {
             format @ Format::Avro { .. } => {
                 let registry =
-                    CachedResolver::new(HttpRegistry::new(registry_config(&config.registry)?)?);
+                    CachedResolver::new(HttpRegistry::new(registry::config(&config.registry)?)?);
                 tail::run(&config.kafka, &args, registry, format).await
             }
             // JSON records carry or infer their schemas: no registry is asked.
@@ -187,7 +187,7 @@ async fn run(config: &Config, telemetry: Arc<Telemetry>) -> anyhow::Result<()> {
     match record_format(config)? {
         format @ Format::Avro { .. } => {
             let registry =
-                CachedResolver::new(HttpRegistry::new(registry_config(&config.registry)?)?);
+                CachedResolver::new(HttpRegistry::new(registry::config(&config.registry)?)?);
             pipeline::run(
                 &config.kafka,
                 subscribed,
@@ -274,41 +274,4 @@ fn record_format(config: &Config) -> anyhow::Result<Format> {
             check_artifacts: config.registry.check_artifacts,
         },
     })
-}
-
-fn registry_config(r: &RegistryConfig) -> anyhow::Result<HttpRegistryConfig> {
-    let url = r.url.clone().context(
-        "config field `registry.url` is required for Avro topics: the schema registry their schemas are in",
-    )?;
-    let mut c = HttpRegistryConfig::new(url);
-    c.api = r.api.map(|api| match api {
-        RegistryApi::ApicurioV3 => Api::ApicurioV3,
-        RegistryApi::ApicurioV2 => Api::ApicurioV2,
-        RegistryApi::Ccompat => Api::Ccompat,
-    });
-    c.timeout = Duration::from_millis(r.timeout_ms);
-    c.auth = match (&r.username, &r.oauth) {
-        (Some(username), _) => Auth::Basic {
-            username: username.clone(),
-            password: r
-                .password
-                .as_ref()
-                .map(|p| p.expose().to_owned())
-                .unwrap_or_default(),
-        },
-        (None, Some(o)) => Auth::ClientCredentials {
-            token_url: o.token_url.clone(),
-            client_id: o.client_id.clone(),
-            client_secret: o.client_secret.expose().to_owned(),
-            scope: o.scope.clone(),
-        },
-        (None, None) => Auth::None,
-    };
-    if let Some(path) = &r.ca_file {
-        c.ca_pem = Some(
-            std::fs::read(path)
-                .with_context(|| format!("reading registry.ca-file {}", path.display()))?,
-        );
-    }
-    Ok(c)
 }
