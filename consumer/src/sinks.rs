@@ -254,3 +254,6 @@ async fn next_event(sinks: &mut [Box<dyn Sink>]) -> (usize, Result<Event, SinkEr
 fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
+
+#[cfg(test)]
+mod tests;

@@ -6,5 +6,7 @@ pub mod parquet;
 pub mod postgres;
 pub mod replay;
 pub mod sink;
+#[cfg(feature = "test-utils")]
+pub mod testing;
 
 pub use postgres::{Applied, PgReplicator, ReplicaError, Rounded};

@@ -291,7 +291,7 @@ pub fn skip_below(batch: &ChangeBatch, floor: i64) -> Option<ChangeBatch> {
 }
 
 /// A batch of rows at `offsets` (an `__offset` column only), for unit tests.
-#[cfg(test)]
+#[cfg(any(test, feature = "test-utils"))]
 pub(crate) fn test_batch(
     topic: &str,
     partition: i32,
