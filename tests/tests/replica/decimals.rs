@@ -12,8 +12,8 @@ use arrow_buffer::i256;
 use arrow_schema::{DataType, Field, Fields};
 use lakesink_schema_registry::ChangeBatch;
 
-use crate::hand::{Envelope, source_block};
-use crate::support::{replicator, rows};
+use crate::replica::hand::{Envelope, source_block};
+use crate::replica::support::{replicator, rows};
 
 /// Per row: id, a Decimal128(38, 10), a Decimal256(50, 5), a VariableScaleDecimal (unscaled
 /// two's-complement bytes, scale) and a list of Decimal128(6, 2).
@@ -231,7 +231,7 @@ async fn decimals_wider_than_arrow_arrive_exact() {
     let name = lakesink_tests::unique("wide");
     let big = format!("{}.99", "9".repeat(998));
     let n77 = "9".repeat(77);
-    let (src, capture, batches) = crate::support::capture(
+    let (src, capture, batches) = crate::replica::support::capture(
         &name,
         &[
             format!("CREATE TABLE public.{name} (id int PRIMARY KEY, n numeric(1000,2), n77 numeric(77,0))"),
@@ -263,9 +263,10 @@ async fn decimals_wider_than_arrow_arrive_exact() {
     .await;
 
     // The raw layer: readers open it, and the scale is the column's.
-    let (dir, _) = crate::extremes::write_raw(&batches, &capture.topics[0], "flattened").await;
-    let files = crate::extremes::parquet_files(&dir.0);
-    let py = crate::extremes::read(
+    let (dir, _) =
+        crate::replica::extremes::write_raw(&batches, &capture.topics[0], "flattened").await;
+    let files = crate::replica::extremes::parquet_files(&dir.0);
+    let py = crate::replica::extremes::read(
         &stack,
         &[vec!["--physical".to_owned()], files.clone()].concat(),
     );
@@ -277,10 +278,10 @@ async fn decimals_wider_than_arrow_arrive_exact() {
         .collect();
     assert!(!py_rows.is_empty(), "{py}");
     assert!(py_rows.iter().all(|r| r["n"]["scale"] == "2"), "{py}");
-    crate::extremes::assert_duckdb_reads(&stack, &dir.0, "n", "scale", "2");
+    crate::replica::extremes::assert_duckdb_reads(&stack, &dir.0, "n", "scale", "2");
 
     capture.stop(&src).await;
-    crate::support::exec(&src, &[format!("DROP TABLE public.{name}")]).await;
+    crate::replica::support::exec(&src, &[format!("DROP TABLE public.{name}")]).await;
 }
 
 /// `numeric` `NaN` and `±Infinity`: Debezium's default `decimal.handling.mode=precise` sends
@@ -290,7 +291,7 @@ async fn decimals_wider_than_arrow_arrive_exact() {
 #[tokio::test]
 async fn numeric_specials_arrive_under_string_mode() {
     let name = lakesink_tests::unique("nspecial");
-    let (src, capture, batches) = crate::support::capture(
+    let (src, capture, batches) = crate::replica::support::capture(
         &name,
         &[
             format!("CREATE TABLE public.{name} (id int PRIMARY KEY, n numeric, n2 numeric(10,2))"),
@@ -309,7 +310,7 @@ async fn numeric_specials_arrive_under_string_mode() {
     .await;
     let (r, schema) = replicator(|_| {}).await;
     // Record by record, then all again: the staged path and the replay.
-    crate::support::apply_each_then_replay(&r, "nspecial", &batches).await;
+    crate::replica::support::apply_each_then_replay(&r, "nspecial", &batches).await;
     assert_same(
         &src,
         &r,
@@ -321,5 +322,5 @@ async fn numeric_specials_arrive_under_string_mode() {
     .await;
 
     capture.stop(&src).await;
-    crate::support::exec(&src, &[format!("DROP TABLE public.{name}")]).await;
+    crate::replica::support::exec(&src, &[format!("DROP TABLE public.{name}")]).await;
 }

@@ -11,7 +11,7 @@ use serde_json::Value;
 use sqlx::AssertSqlSafe;
 use sqlx::postgres::PgPool;
 
-use crate::support::{Capture, replicator, rows};
+use crate::replica::support::{Capture, replicator, rows};
 
 /// The golden test's types (tests/tests/decode.rs), with two values Debezium cannot carry
 /// exactly made exact: an interval without months (MicroDuration counts a month as 30.4375

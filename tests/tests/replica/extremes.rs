@@ -15,7 +15,7 @@ use serde_json::Value;
 use sqlx::AssertSqlSafe;
 use sqlx::postgres::PgPool;
 
-use crate::support::{Capture, replicator, rows};
+use crate::replica::support::{Capture, replicator, rows};
 
 const COLUMNS: &str = "id integer PRIMARY KEY, d date, ts timestamp, ts3 timestamp(3),
   tstz timestamptz, tm time, f4 real, f8 double precision, t text, j json";

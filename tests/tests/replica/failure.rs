@@ -7,8 +7,8 @@ use std::time::Duration;
 use lakesink_tests::{Stack, unique};
 use sqlx::postgres::PgPool;
 
-use crate::hand::{batch, ev};
-use crate::support::{replicator, rows};
+use crate::replica::hand::{batch, ev};
+use crate::replica::support::{replicator, rows};
 
 #[tokio::test]
 async fn a_lost_connection_is_retryable_and_the_retry_is_exact() {

@@ -12,7 +12,7 @@ use lakesink_tests::{Stack, unique, unreachable};
 use sqlx::AssertSqlSafe;
 use sqlx::postgres::PgPool;
 
-use crate::support::{Capture, replicator, rows};
+use crate::replica::support::{Capture, replicator, rows};
 
 async fn source() -> (Stack, PgPool) {
     let stack = Stack::from_env();
@@ -289,7 +289,7 @@ async fn columns_added_with_a_default_hold_it_in_existing_rows() {
 async fn a_column_widened_at_the_source_is_refused_until_widened_in_the_replica() {
     let name = lakesink_tests::unique("widen");
     let big = 1_i64 << 40;
-    let (src, capture, batches) = crate::support::capture(
+    let (src, capture, batches) = crate::replica::support::capture(
         &name,
         &[
             format!("CREATE TABLE public.{name} (id int PRIMARY KEY, i integer, v varchar(5))"),
@@ -318,7 +318,7 @@ async fn a_column_widened_at_the_source_is_refused_until_widened_in_the_replica(
     .await;
     assert_eq!(held, vec![(1,)], "nothing after the refused row");
 
-    crate::support::exec(
+    crate::replica::support::exec(
         r.pool(),
         &[format!(
             "ALTER TABLE \"{schema}\".{name} ALTER COLUMN i TYPE bigint, \
@@ -347,5 +347,5 @@ async fn a_column_widened_at_the_source_is_refused_until_widened_in_the_replica(
     );
 
     capture.stop(&src).await;
-    crate::support::exec(&src, &[format!("DROP TABLE public.{name}")]).await;
+    crate::replica::support::exec(&src, &[format!("DROP TABLE public.{name}")]).await;
 }

@@ -13,7 +13,7 @@ use lakesink_config::{KeylessMode, ReplicaConfig};
 use lakesink_schema_registry::{ChangeBatch, ValueShape};
 use lakesink_writers::{Applied, PgReplicator};
 
-use crate::support::{replicator, rows};
+use crate::replica::support::{replicator, rows};
 
 const PLACEHOLDER: &str = "__debezium_unavailable_value";
 

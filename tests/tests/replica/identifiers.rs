@@ -11,7 +11,9 @@ use lakesink_tests::{Stack, unique};
 use serde_json::{Value, json};
 use sqlx::AssertSqlSafe;
 
-use crate::support::{Capture, apply_each_then_replay, exec, replicator, rows, source_pool};
+use crate::replica::support::{
+    Capture, apply_each_then_replay, exec, replicator, rows, source_pool,
+};
 
 /// 21 snowmen: 63 bytes, 21 characters.
 const LONG_COLUMN: &str = "☃☃☃☃☃☃☃☃☃☃☃☃☃☃☃☃☃☃☃☃☃";

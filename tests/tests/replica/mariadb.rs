@@ -16,8 +16,8 @@ use lakesink_tests::debezium::{decode_all, try_decode_all};
 use lakesink_tests::{Stack, unique};
 use serde_json::{Value, json};
 
-use crate::extremes::{float, parquet_files, read, write_raw};
-use crate::support::{Capture, replicator, rows};
+use crate::replica::extremes::{float, parquet_files, read, write_raw};
+use crate::replica::support::{Capture, replicator, rows};
 
 /// How a column's values are written canonically on every side, and compared.
 #[derive(Clone, Copy, PartialEq)]

@@ -8,8 +8,8 @@ use lakesink_tests::debezium::decode_all;
 use lakesink_tests::{Stack, unique};
 use serde_json::{Value, json};
 
-use crate::extremes::{parquet_files, read, write_raw};
-use crate::support::{Capture, exec, replicator, rows, source_pool};
+use crate::replica::extremes::{parquet_files, read, write_raw};
+use crate::replica::support::{Capture, exec, replicator, rows, source_pool};
 
 const COLUMNS: [&str; 3] = ["g", "gp", "gg"];
 
@@ -136,7 +136,7 @@ async fn postgis_values_reach_both_sinks() {
             }
         }
     }
-    crate::extremes::assert_duckdb_reads(&stack, &dir.0, "gp", "srid", "4326");
+    crate::replica::extremes::assert_duckdb_reads(&stack, &dir.0, "gp", "srid", "4326");
 
     capture.stop(&src).await;
     exec(&src, &[format!("DROP TABLE public.{table}")]).await;

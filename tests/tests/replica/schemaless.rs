@@ -11,7 +11,7 @@ use lakesink_tests::debezium::decode_all;
 use lakesink_tests::{Stack, unique};
 use serde_json::{Value, json};
 
-use crate::support::{Capture, exec, replicator, rows, source_pool};
+use crate::replica::support::{Capture, exec, replicator, rows, source_pool};
 
 const COLUMNS: [&str; 6] = ["t", "b", "i8", "f8", "n", "ts"];
 

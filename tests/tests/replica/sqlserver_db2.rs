@@ -14,8 +14,8 @@ use lakesink_schema_registry::{
 use lakesink_tests::{Stack, unique};
 use serde_json::{Value, json};
 
-use crate::extremes::{parquet_files, read, write_raw};
-use crate::support::{replicator, rows};
+use crate::replica::extremes::{parquet_files, read, write_raw};
+use crate::replica::support::{replicator, rows};
 
 const SS_KEY: i64 = 11;
 const SS_VALUE: i64 = 12;

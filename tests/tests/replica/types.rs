@@ -10,7 +10,7 @@ use serde_json::json;
 use sqlx::AssertSqlSafe;
 use sqlx::postgres::PgPool;
 
-use crate::support::{Capture, replicator, rows};
+use crate::replica::support::{Capture, replicator, rows};
 
 /// `{"b": 1,  "a": 2, "a": 3, …}`: what `jsonb` would reorder, respace and collapse, and a
 /// `\u0000` it refuses outright.

@@ -3,9 +3,7 @@
 //! restarted, and in the end the replica holds exactly the source's rows while the raw layer
 //! holds every record once.
 
-mod common;
-
-use common::{
+use crate::common::{
     Killed, Run, assert_exactly_once, expected, http_get, metric, produce_range,
     replica_next_offset, replica_pool,
 };

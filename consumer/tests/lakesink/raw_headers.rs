@@ -1,14 +1,12 @@
 //! `headers = true`: each row of the raw layer carries its Kafka record's headers.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::common::{BASE_TS, Run};
 use arrow_array::Array;
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
-use common::{BASE_TS, Run};
 use futures::TryStreamExt;
 use lakesink_tests::workload::Table;
 use lakesink_tests::{Stack, unique};

@@ -4,12 +4,10 @@
 //! changes at the source, the live service restarted, the replica is equal again; and the raw
 //! layer holds every record of the topic exactly once.
 
-mod common;
-
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use common::{Run, exec};
+use crate::common::{Run, exec};
 use lakesink_tests::debezium::Connector;
 use lakesink_tests::{Stack, unique, unreachable};
 use rdkafka::ClientConfig;
@@ -195,7 +193,7 @@ async fn replay_rebuilds_a_real_debezium_replica_and_the_live_service_takes_over
     let end = end_offset(&stack, &topic);
     let (got, _) = run.rows().await;
     let want: Vec<(i32, i64)> = (0..end).map(|o| (0, o)).collect();
-    common::assert_exactly_once(&got, &want);
+    crate::common::assert_exactly_once(&got, &want);
 
     connector.stop(&src).await;
     exec(&src, &[format!("DROP TABLE public.\"{name}\"")]).await;

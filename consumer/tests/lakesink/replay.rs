@@ -3,13 +3,11 @@
 //! rebuilds them (killed mid-way once, then resumed); the live service takes over with no
 //! gap and no duplicate. Then bad input: a data file deleted, a file truncated.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::process::{Command, Output};
 use std::sync::Arc;
 
-use common::{BASE_TS, Run, assert_exactly_once, expected};
+use crate::common::{BASE_TS, Run, assert_exactly_once, expected};
 use futures::TryStreamExt;
 use lakesink_tests::workload::Table;
 use lakesink_tests::{Stack, unique};

@@ -6,11 +6,9 @@
 //! schema it resolved to and `registry.payload-ids`, commits nothing, and reports FAILED; with
 //! the right setting the same topic replicates.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{Run, Webhook, exec, stop_cleanly};
+use crate::common::{Run, Webhook, exec, stop_cleanly};
 use lakesink_tests::debezium::{Connector, Converter};
 use lakesink_tests::{Stack, eventually, unique};
 use serde_json::{Value, json};

@@ -4,12 +4,10 @@
 //! with every record exactly once. Its own test binary, so no other test uses the store while
 //! it is down.
 
-mod common;
-
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{
+use crate::common::{
     Killed, Run, assert_exactly_once, assert_replica_table, expected, http_get, produce_range,
     replica_pool, stop_cleanly,
 };

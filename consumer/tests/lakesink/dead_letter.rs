@@ -1,12 +1,10 @@
 //! `errors.tolerance = "all"`: a record that cannot be decoded is copied to the dead-letter
 //! topic with Kafka Connect's context headers, and the records around it reach both sinks.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{BASE_TS, Run, http_get, metric};
+use crate::common::{BASE_TS, Run, http_get, metric};
 use lakesink_tests::workload::Table;
 use lakesink_tests::{Stack, unique};
 use rdkafka::consumer::{BaseConsumer, Consumer};

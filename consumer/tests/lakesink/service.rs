@@ -1,13 +1,11 @@
 //! The service around the sinks: the HTTP endpoint, shutdown within a deadline, and two
 //! instances sharing one group.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{BASE_TS, Run, assert_exactly_once, expected, http_get, metric};
+use crate::common::{BASE_TS, Run, assert_exactly_once, expected, http_get, metric};
 use lakesink_tests::workload::Table;
 use lakesink_tests::{Stack, unique};
 use sqlx::postgres::PgPoolOptions;
@@ -272,7 +270,7 @@ async fn a_survivor_takes_over_from_a_killed_instance() {
         Some("flush-size = 2000"),
         &replica_section(&stack),
     );
-    let second_http = common::free_port().to_string();
+    let second_http = crate::common::free_port().to_string();
     let mut a = run.start(None);
     let mut b = run.start_with(None, &[("LAKESINK__SERVICE__HTTP_LISTEN", &second_http)]);
     let second: std::net::SocketAddr = second_http.parse().expect("addr");

@@ -4,12 +4,10 @@
 //! end the replica equals what was produced and the raw layer holds each record once. Its own test binary, so no other test
 //! uses the replica cluster while it is down.
 
-mod common;
-
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{
+use crate::common::{
     Run, Webhook, assert_exactly_once, assert_replica_table, expected, http_get, produce_range,
     replica_pool, stop_cleanly,
 };

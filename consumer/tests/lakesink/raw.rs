@@ -2,9 +2,7 @@
 //! Parquet on the S3 server, is killed at named failpoints, restarts, and in the end the
 //! files hold every record of the topic exactly once.
 
-mod common;
-
-use common::{BASE_TS, Run, assert_exactly_once, expected};
+use crate::common::{BASE_TS, Run, assert_exactly_once, expected};
 use lakesink_tests::workload::Table;
 use lakesink_tests::{Stack, unique};
 use lakesink_writers::failpoint::{
@@ -94,7 +92,7 @@ async fn a_committed_offset_moved_past_the_raw_layer_is_read_again_not_skipped()
     let topic = unique("raw-moved");
     let partitions = 2;
     let table = std::sync::Arc::new(Table::create(&stack, &topic, partitions).await);
-    common::produce_range(&stack, &table, partitions, 0..1_000).await;
+    crate::common::produce_range(&stack, &table, partitions, 0..1_000).await;
     let run = Run::new(
         stack.clone(),
         &topic,
@@ -105,7 +103,7 @@ async fn a_committed_offset_moved_past_the_raw_layer_is_read_again_not_skipped()
     run.run_to_end(&end);
     // More records, then the group's offsets moved past them before lakesink sees them: a
     // reset to latest, or `kafka-consumer-groups --reset-offsets`.
-    common::produce_range(&stack, &table, partitions, 1_000..2_000).await;
+    crate::common::produce_range(&stack, &table, partitions, 1_000..2_000).await;
     let (want, end) = expected(partitions, 2_000);
     let moved: std::collections::BTreeMap<i32, i64> =
         end.iter().map(|(&p, &n)| (p, n - 100)).collect();
@@ -128,7 +126,7 @@ async fn a_killed_static_member_takes_its_partitions_back_at_once() {
     let topic = unique("raw-static");
     let partitions = 2;
     let table = std::sync::Arc::new(Table::create(&stack, &topic, partitions).await);
-    common::produce_range(&stack, &table, partitions, 0..400).await;
+    crate::common::produce_range(&stack, &table, partitions, 0..400).await;
     let run = Run::new(
         stack.clone(),
         &topic,
@@ -161,7 +159,7 @@ async fn a_killed_static_member_takes_its_partitions_back_at_once() {
     }
     child.kill().expect("SIGKILL");
     child.wait().expect("reaped");
-    common::produce_range(&stack, &table, partitions, 400..800).await;
+    crate::common::produce_range(&stack, &table, partitions, 400..800).await;
     let restarted = std::time::Instant::now();
     let (want, end) = expected(partitions, 800);
     run.run_to_end(&end);

@@ -6,13 +6,13 @@
 //! The moments come from a seed, printed at the start (`LAKESINK_SOAK_SEED` repeats a run).
 //! CI's mode is a few kills; a soak run sets `LAKESINK_SOAK_KILLS` and `LAKESINK_SOAK_RECORDS`.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{BASE_TS, Run, assert_exactly_once, assert_replica_table, expected, replica_pool};
+use crate::common::{
+    BASE_TS, Run, assert_exactly_once, assert_replica_table, expected, replica_pool,
+};
 use lakesink_tests::workload::Table;
 use lakesink_tests::{Stack, unique};
 

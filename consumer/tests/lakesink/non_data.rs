@@ -3,15 +3,13 @@
 //! subscription sees five kinds of records. `[kafka.non-data]` keeps transaction metadata and
 //! messages in the raw layer and skips the rest; the replica equals the source all the same.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::common::{Killed, Run, exec, http_get, metric};
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, RecordBatch, StructArray};
-use common::{Killed, Run, exec, http_get, metric};
 use lakesink_schema_registry::NON_DATA_METADATA;
 use lakesink_tests::debezium::{Connector, Converter, wait_for_topic_to_exist};
 use lakesink_tests::{Stack, unique};

@@ -2,8 +2,6 @@
 //! it is told (the end, the beginning, explicit offsets), stops after `--max` rows, and never
 //! touches the service's consumer group, so the next `run` still reads every record.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -11,7 +9,7 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{Run, assert_exactly_once, expected, produce_range};
+use crate::common::{Run, assert_exactly_once, expected, produce_range};
 use lakesink_tests::workload::Table;
 use lakesink_tests::{Stack, unique};
 
