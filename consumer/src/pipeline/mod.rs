@@ -6,93 +6,37 @@
 //! auto-commit commits what was stored; shutdown drains the sinks, then commits.
 
 // Per-record lookups: foldhash, not SipHash (keys are our own topic names and partitions).
-use foldhash::{HashMap, HashSet};
+use foldhash::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use futures::FutureExt;
 use lakesink_config::KafkaConfig;
-use lakesink_model::{Backoff, Classify, Fault, Retry};
-use lakesink_schema_registry::{ChangeBatch, ChangeDecoder, Format, SchemaResolver};
+use lakesink_schema_registry::{ChangeDecoder, Format, SchemaResolver};
 use lakesink_writers::sink::{Resume, Sink, TopicPartition};
 use rdkafka::Message;
 use rdkafka::Offset;
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::BorrowedMessage;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-use crate::dead_letter::{DeadLetters, Stage};
+use crate::dead_letter::DeadLetters;
 use crate::headers::HeaderLog;
 use crate::kafka::{self, calls};
 use crate::offsets;
 use crate::sinks::{self, Control, ToSinks};
-use crate::telemetry::metrics::TopicLabels;
 use crate::telemetry::{Component, Telemetry};
+use pending::{BATCH_ROWS, FLUSH_IDLE, FLUSH_RECORDS, Pending, decode, hand_over};
 
-/// Hand decoded rows to the sinks after this many records, and at least this often. The
-/// interval is most of lakesink's share of the end-to-end latency at low rates; at high rates
-/// batches are cut at BATCH_ROWS rows anyway, so a short one costs nothing there.
-const FLUSH_RECORDS: usize = 16 * 1024;
-const FLUSH_IDLE: Duration = Duration::from_millis(25);
-/// Rows per decoded batch.
-const BATCH_ROWS: usize = 4096;
+mod pending;
+
 /// Items in flight between the two sides (each up to FLUSH_RECORDS records).
 const CHANNEL_ITEMS: usize = 2;
 /// Records taken in a row without looking at signals, the sinks and the idle timer.
 const STREAK: usize = 256;
-
-/// What the consuming side holds: records decoded but not yet sent. Maps are keyed by topic
-/// then partition, so a record is looked up by `&str` without allocating.
-#[derive(Default)]
-struct Pending {
-    batches: Vec<ChangeBatch>,
-    consumed: HashMap<String, HashMap<i32, i64>>,
-    records: usize,
-    /// Partitions whose first record was seen since assignment.
-    started: HashMap<String, HashSet<i32>>,
-    /// Records read per topic since the last hand-over, for the metrics.
-    counts: HashMap<String, u64>,
-    /// Kafka headers, kept for the raw layer's `__headers` column when it is on.
-    headers: Option<HeaderLog>,
-}
-
-impl Pending {
-    fn is_started(&self, topic: &str, partition: i32) -> bool {
-        self.started
-            .get(topic)
-            .is_some_and(|p| p.contains(&partition))
-    }
-
-    fn consumed(&mut self, topic: &str, partition: i32, next: i64) {
-        match self.consumed.get_mut(topic) {
-            Some(parts) => {
-                parts.insert(partition, next);
-            }
-            None => {
-                self.consumed
-                    .insert(topic.to_owned(), [(partition, next)].into_iter().collect());
-            }
-        }
-    }
-
-    fn forget(&mut self, part: &TopicPartition) {
-        self.batches
-            .retain(|b| !(b.topic == part.topic && b.partition == part.partition));
-        if let Some(p) = self.consumed.get_mut(&*part.topic) {
-            p.remove(&part.partition);
-        }
-        if let Some(p) = self.started.get_mut(&*part.topic) {
-            p.remove(&part.partition);
-        }
-        if let Some(h) = &mut self.headers {
-            h.forget(&part.topic, part.partition);
-        }
-    }
-}
 
 /// A sink's resume lookup, and whether its point rides in the commit's metadata.
 struct Resumer {
@@ -393,95 +337,6 @@ async fn send(tx: &mpsc::Sender<ToSinks>, item: ToSinks) -> anyhow::Result<()> {
     tx.send(item)
         .await
         .map_err(|_| anyhow::anyhow!("the sinks stopped"))
-}
-
-/// Sends every decoded row, and the offsets consumed, to the sinks.
-async fn hand_over<R: SchemaResolver>(
-    decoder: &mut ChangeDecoder<R>,
-    pending: &mut Pending,
-    tx: &mpsc::Sender<ToSinks>,
-    telemetry: &Telemetry,
-) -> anyhow::Result<()> {
-    pending.batches.extend(decoder.finish_all()?);
-    pending.records = 0;
-    if let Some(h) = &mut pending.headers {
-        let batches = std::mem::take(&mut pending.batches);
-        for b in batches {
-            let (topic, partition) = (b.topic.clone(), b.partition);
-            let b = h.attach(b).map_err(|e| {
-                anyhow::anyhow!("{topic}[{partition}]: adding the headers column: {e}")
-            })?;
-            pending.batches.push(b);
-        }
-    }
-    let m = &telemetry.metrics;
-    for (topic, n) in pending.counts.iter_mut().filter(|(_, n)| **n > 0) {
-        m.consumed
-            .get_or_create(&TopicLabels {
-                topic: topic.clone(),
-            })
-            .inc_by(std::mem::take(n));
-    }
-    let cache = decoder.cache_stats();
-    m.registry_cache_hits
-        .inc_by(cache.hits.saturating_sub(m.registry_cache_hits.get()));
-    m.registry_cache_misses
-        .inc_by(cache.misses.saturating_sub(m.registry_cache_misses.get()));
-    if pending.consumed.is_empty() && pending.batches.is_empty() {
-        return Ok(());
-    }
-    let item = ToSinks::Batches {
-        batches: std::mem::take(&mut pending.batches),
-        consumed: pending
-            .consumed
-            .drain()
-            .flat_map(|(topic, parts)| {
-                let topic: Arc<str> = Arc::from(topic);
-                parts
-                    .into_iter()
-                    .map(move |(p, o)| (TopicPartition::new(topic.clone(), p), o))
-            })
-            .collect(),
-    };
-    send(tx, item).await
-}
-
-/// Decodes a message, retrying while the registry is unreachable.
-async fn decode<R: SchemaResolver>(
-    decoder: &mut ChangeDecoder<R>,
-    msg: &BorrowedMessage<'_>,
-    telemetry: &Telemetry,
-    dead_letters: Option<&DeadLetters>,
-) -> anyhow::Result<Vec<ChangeBatch>> {
-    // Every sink waits for the decoder (sink None).
-    let mut retry = Retry::new(Backoff::DEFAULT, telemetry, None, "decoding");
-    loop {
-        let Some(done) = retry
-            .settle(kafka::push(decoder, msg, Some(telemetry)).await)
-            .await
-        else {
-            continue;
-        };
-        match done {
-            Ok(batches) => return Ok(batches),
-            Err(e) if e.fault() == Fault::BadData && dead_letters.is_some() => {
-                let Some(dl) = dead_letters else {
-                    return Err(e.into());
-                };
-                dl.send(msg, Stage::Decode, &e.to_string()).await?;
-                warn!(error = %e, dead_letter_topic = dl.topic(), "bad record sent to the dead-letter topic");
-                telemetry
-                    .metrics
-                    .dead_letters
-                    .get_or_create(&TopicLabels {
-                        topic: msg.topic().to_owned(),
-                    })
-                    .inc();
-                return Ok(Vec::new());
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
 }
 
 /// After the first SIGTERM or SIGINT the pipeline flushes and commits; this bounds how long.

@@ -1,0 +1,168 @@
+//! What the consuming side holds between hand-overs, handing it over, and decoding one
+//! message (retried while the registry is unreachable; bad records to the dead-letter topic).
+
+// Per-record lookups: foldhash, not SipHash (keys are our own topic names and partitions).
+use foldhash::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lakesink_model::{Backoff, Classify, Fault, Retry};
+use lakesink_schema_registry::{ChangeBatch, ChangeDecoder, SchemaResolver};
+use lakesink_writers::sink::TopicPartition;
+use rdkafka::Message;
+use rdkafka::message::BorrowedMessage;
+use tokio::sync::mpsc;
+use tracing::warn;
+
+use super::send;
+use crate::dead_letter::{DeadLetters, Stage};
+use crate::headers::HeaderLog;
+use crate::kafka;
+use crate::sinks::ToSinks;
+use crate::telemetry::Telemetry;
+use crate::telemetry::metrics::TopicLabels;
+
+/// Hand decoded rows to the sinks after this many records, and at least this often. The
+/// interval is most of lakesink's share of the end-to-end latency at low rates; at high rates
+/// batches are cut at BATCH_ROWS rows anyway, so a short one costs nothing there.
+pub(super) const FLUSH_RECORDS: usize = 16 * 1024;
+pub(super) const FLUSH_IDLE: Duration = Duration::from_millis(25);
+/// Rows per decoded batch.
+pub(super) const BATCH_ROWS: usize = 4096;
+/// What the consuming side holds: records decoded but not yet sent. Maps are keyed by topic
+/// then partition, so a record is looked up by `&str` without allocating.
+#[derive(Default)]
+pub(super) struct Pending {
+    pub(super) batches: Vec<ChangeBatch>,
+    pub(super) consumed: HashMap<String, HashMap<i32, i64>>,
+    pub(super) records: usize,
+    /// Partitions whose first record was seen since assignment.
+    pub(super) started: HashMap<String, HashSet<i32>>,
+    /// Records read per topic since the last hand-over, for the metrics.
+    pub(super) counts: HashMap<String, u64>,
+    /// Kafka headers, kept for the raw layer's `__headers` column when it is on.
+    pub(super) headers: Option<HeaderLog>,
+}
+
+impl Pending {
+    pub(super) fn is_started(&self, topic: &str, partition: i32) -> bool {
+        self.started
+            .get(topic)
+            .is_some_and(|p| p.contains(&partition))
+    }
+
+    pub(super) fn consumed(&mut self, topic: &str, partition: i32, next: i64) {
+        match self.consumed.get_mut(topic) {
+            Some(parts) => {
+                parts.insert(partition, next);
+            }
+            None => {
+                self.consumed
+                    .insert(topic.to_owned(), [(partition, next)].into_iter().collect());
+            }
+        }
+    }
+
+    pub(super) fn forget(&mut self, part: &TopicPartition) {
+        self.batches
+            .retain(|b| !(b.topic == part.topic && b.partition == part.partition));
+        if let Some(p) = self.consumed.get_mut(&*part.topic) {
+            p.remove(&part.partition);
+        }
+        if let Some(p) = self.started.get_mut(&*part.topic) {
+            p.remove(&part.partition);
+        }
+        if let Some(h) = &mut self.headers {
+            h.forget(&part.topic, part.partition);
+        }
+    }
+}
+
+/// Sends every decoded row, and the offsets consumed, to the sinks.
+pub(super) async fn hand_over<R: SchemaResolver>(
+    decoder: &mut ChangeDecoder<R>,
+    pending: &mut Pending,
+    tx: &mpsc::Sender<ToSinks>,
+    telemetry: &Telemetry,
+) -> anyhow::Result<()> {
+    pending.batches.extend(decoder.finish_all()?);
+    pending.records = 0;
+    if let Some(h) = &mut pending.headers {
+        let batches = std::mem::take(&mut pending.batches);
+        for b in batches {
+            let (topic, partition) = (b.topic.clone(), b.partition);
+            let b = h.attach(b).map_err(|e| {
+                anyhow::anyhow!("{topic}[{partition}]: adding the headers column: {e}")
+            })?;
+            pending.batches.push(b);
+        }
+    }
+    let m = &telemetry.metrics;
+    for (topic, n) in pending.counts.iter_mut().filter(|(_, n)| **n > 0) {
+        m.consumed
+            .get_or_create(&TopicLabels {
+                topic: topic.clone(),
+            })
+            .inc_by(std::mem::take(n));
+    }
+    let cache = decoder.cache_stats();
+    m.registry_cache_hits
+        .inc_by(cache.hits.saturating_sub(m.registry_cache_hits.get()));
+    m.registry_cache_misses
+        .inc_by(cache.misses.saturating_sub(m.registry_cache_misses.get()));
+    if pending.consumed.is_empty() && pending.batches.is_empty() {
+        return Ok(());
+    }
+    let item = ToSinks::Batches {
+        batches: std::mem::take(&mut pending.batches),
+        consumed: pending
+            .consumed
+            .drain()
+            .flat_map(|(topic, parts)| {
+                let topic: Arc<str> = Arc::from(topic);
+                parts
+                    .into_iter()
+                    .map(move |(p, o)| (TopicPartition::new(topic.clone(), p), o))
+            })
+            .collect(),
+    };
+    send(tx, item).await
+}
+
+/// Decodes a message, retrying while the registry is unreachable.
+pub(super) async fn decode<R: SchemaResolver>(
+    decoder: &mut ChangeDecoder<R>,
+    msg: &BorrowedMessage<'_>,
+    telemetry: &Telemetry,
+    dead_letters: Option<&DeadLetters>,
+) -> anyhow::Result<Vec<ChangeBatch>> {
+    // Every sink waits for the decoder (sink None).
+    let mut retry = Retry::new(Backoff::DEFAULT, telemetry, None, "decoding");
+    loop {
+        let Some(done) = retry
+            .settle(kafka::push(decoder, msg, Some(telemetry)).await)
+            .await
+        else {
+            continue;
+        };
+        match done {
+            Ok(batches) => return Ok(batches),
+            Err(e) if e.fault() == Fault::BadData && dead_letters.is_some() => {
+                let Some(dl) = dead_letters else {
+                    return Err(e.into());
+                };
+                dl.send(msg, Stage::Decode, &e.to_string()).await?;
+                warn!(error = %e, dead_letter_topic = dl.topic(), "bad record sent to the dead-letter topic");
+                telemetry
+                    .metrics
+                    .dead_letters
+                    .get_or_create(&TopicLabels {
+                        topic: msg.topic().to_owned(),
+                    })
+                    .inc();
+                return Ok(Vec::new());
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
