@@ -1,10 +1,17 @@
+use std::sync::Arc;
+
 use super::*;
-use arrow_array::{BooleanArray, Int64Array, StringArray, StructArray, TimestampMillisecondArray};
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{
+    BooleanArray, Int64Array, RecordBatch, StringArray, StructArray, TimestampMillisecondArray,
+};
 use arrow_schema::{DataType, Field, Fields, Schema, TimeUnit};
 use futures::TryStreamExt;
-use lakesink_schema_registry::ValueShape;
-use object_store::ObjectStoreExt;
+use lakesink_config::RawConfig;
+use lakesink_schema_registry::{ChangeBatch, ValueShape};
 use object_store::memory::InMemory;
+use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 const HOUR: i64 = 3_600_000;

@@ -198,6 +198,7 @@ struct Row<'a> {
     grp: usize,
 }
 
+/// Applies `work` to its table within `conn`'s transaction; `seq` names its staging table.
 pub(crate) async fn apply_table(
     conn: &mut PgConnection,
     batches: &[ChangeBatch],
@@ -206,10 +207,6 @@ pub(crate) async fn apply_table(
     seq: usize,
     try_plain_insert: bool,
 ) -> Result<Counts, ReplicaError> {
-    let db = |at: &At| {
-        let at = at.clone();
-        move |e| ReplicaError::from_sqlx(e, Some(at))
-    };
     let table = work.name.quoted();
     let Collapsed {
         truncated: truncate,
@@ -231,22 +228,66 @@ pub(crate) async fn apply_table(
         return Ok(counts);
     }
 
-    let ncols = work.cols.len();
     let work = &work;
-    // Where column `c` of a row comes from; `None`: not written.
-    let cell = |net: Option<&Net>, base: Option<RowRef>, c: usize| {
-        let r = net.map_or(base, |n| n.source(c))?;
-        let enc = work.encs.get(&r.batch)?.vals.get(c)?.as_ref()?;
-        Some((enc, r))
+    let (groups, rows) = group_rows(work, &entries, &fresh, try_plain_insert, &mut counts);
+    counts.rounded = rounded(work, &rows, |net, base, c| {
+        cell(work, net, base, c).map(|(enc, r)| (enc, r.row as usize))
+    });
+    let a = Apply {
+        batches,
+        work,
+        meta,
+        table,
+        groups,
+        rows,
     };
+    let (done, conflicted) = a.copy_straight(conn, &mut counts).await?;
+    if !a.rows.iter().any(|r| staged(r, &done)) {
+        crate::failpoint::hit(crate::failpoint::REPLICA_AFTER_COPY);
+        return Ok(counts);
+    }
+    let stage = quote(&format!("lakesink_stage_{seq}"));
+    a.stage(conn, &stage, &done).await?;
+    crate::failpoint::hit(crate::failpoint::REPLICA_AFTER_COPY);
+    let any_delete = a.rows.iter().any(|r| r.grp == 0);
+    a.fill_moved(conn, &stage, &mut counts).await?;
+    if any_delete {
+        a.delete(conn, &stage).await?;
+    }
+    a.upsert(conn, &stage, &done, &conflicted, &mut counts)
+        .await?;
+    Ok(counts)
+}
 
-    // Group the rows.
-    let mut groups: Vec<Group> = Vec::new();
-    let mut present: Vec<bool> = Vec::with_capacity(ncols);
-    let mut from_old: Vec<bool> = Vec::with_capacity(ncols);
-    let mut kept: Vec<bool> = Vec::with_capacity(ncols);
+/// A database error, placed at `at`.
+fn db(at: &At) -> impl FnOnce(sqlx::Error) -> ReplicaError + use<> {
+    let at = at.clone();
+    move |e| ReplicaError::from_sqlx(e, Some(at))
+}
+
+/// Where column `c` of a row comes from; `None`: not written.
+fn cell<'a, 'w>(
+    work: &'a TableWork<'w>,
+    net: Option<&Net>,
+    base: Option<RowRef>,
+    c: usize,
+) -> Option<(&'a Enc<'w>, RowRef)> {
+    let r = net.map_or(base, |n| n.source(c))?;
+    let enc = work.encs.get(&r.batch)?.vals.get(c)?.as_ref()?;
+    Some((enc, r))
+}
+
+/// The rows to write, each in its group: the keys' net effects, then a keyless table's rows.
+fn group_rows<'a>(
+    work: &'a TableWork<'_>,
+    entries: &'a [(Vec<u8>, Net)],
+    fresh: &[bool],
+    try_plain_insert: bool,
+    counts: &mut Counts,
+) -> (Vec<Group>, Vec<Row<'a>>) {
+    let mut grouping = Grouping::new(work.cols.len());
     let mut rows: Vec<Row<'_>> = Vec::with_capacity(entries.len() + work.inserts.len());
-    let keyed = entries.iter().zip(&fresh).map(|((k, n), &f)| {
+    let keyed = entries.iter().zip(fresh).map(|((k, n), &f)| {
         let kind = if f && try_plain_insert {
             Kind::Fresh
         } else {
@@ -270,40 +311,7 @@ pub(crate) async fn apply_table(
                 } else {
                     counts.inserted += 1;
                 }
-                from_old.clear();
-                from_old.extend((0..ncols).map(|c| net.is_some_and(|n| n.copies_old(c))));
-                present.clear();
-                present.extend((0..ncols).map(|c| from_old[c] || cell(net, base, c).is_some()));
-                // Kept as stored because of a placeholder: the column is in the record's schema
-                // (one it lacks is left alone rightly, or gets its default).
-                let in_schema = |c: usize| {
-                    net.and_then(Net::base)
-                        .and_then(|b| work.encs.get(&b.batch))
-                        .is_some_and(|e| e.vals.get(c).is_some_and(Option::is_some))
-                };
-                kept.clear();
-                kept.extend(
-                    (0..ncols)
-                        .map(|c| !from_old[c] && net.is_some_and(|n| n.keeps(c)) && in_schema(c)),
-                );
-                // Groups are few (kinds times sets of columns a run leaves untouched).
-                match groups.iter().position(|g| {
-                    g.kind == kind
-                        && g.present == present
-                        && g.from_old == from_old
-                        && g.kept == kept
-                }) {
-                    Some(g) => g + 1,
-                    None => {
-                        groups.push(Group {
-                            kind,
-                            present: present.clone(),
-                            from_old: from_old.clone(),
-                            kept: kept.clone(),
-                        });
-                        groups.len()
-                    }
-                }
+                grouping.group_of(work, net, base, kind)
             }
         };
         rows.push(Row {
@@ -313,154 +321,310 @@ pub(crate) async fn apply_table(
             grp,
         });
     }
+    (grouping.groups, rows)
+}
 
-    counts.rounded = rounded(work, &rows, |net, base, c| {
-        cell(net, base, c).map(|(enc, r)| (enc, r.row as usize))
-    });
+/// The groups found so far, and the column sets of the row being grouped (kept to spare an
+/// allocation per row).
+struct Grouping {
+    groups: Vec<Group>,
+    present: Vec<bool>,
+    from_old: Vec<bool>,
+    kept: Vec<bool>,
+}
 
-    // Write one row's fields: the key, then every column (`all`) or only those written.
-    let write = |buf: &mut CopyBuf, row: &Row<'_>, all: bool| {
-        let p = (row.grp > 0).then(|| &groups[row.grp - 1].present);
-        for c in 0..ncols {
+impl Grouping {
+    fn new(ncols: usize) -> Self {
+        Self {
+            groups: Vec::new(),
+            present: Vec::with_capacity(ncols),
+            from_old: Vec::with_capacity(ncols),
+            kept: Vec::with_capacity(ncols),
+        }
+    }
+
+    /// The group of a row written from `net` (or a keyless table's `base`) as `kind`, added
+    /// when new: 1 + its index.
+    fn group_of(
+        &mut self,
+        work: &TableWork<'_>,
+        net: Option<&Net>,
+        base: Option<RowRef>,
+        kind: Kind,
+    ) -> usize {
+        let Self {
+            groups,
+            present,
+            from_old,
+            kept,
+        } = self;
+        let ncols = work.cols.len();
+        from_old.clear();
+        from_old.extend((0..ncols).map(|c| net.is_some_and(|n| n.copies_old(c))));
+        present.clear();
+        present.extend((0..ncols).map(|c| from_old[c] || cell(work, net, base, c).is_some()));
+        // Kept as stored because of a placeholder: the column is in the record's schema
+        // (one it lacks is left alone rightly, or gets its default).
+        let in_schema = |c: usize| {
+            net.and_then(Net::base)
+                .and_then(|b| work.encs.get(&b.batch))
+                .is_some_and(|e| e.vals.get(c).is_some_and(Option::is_some))
+        };
+        kept.clear();
+        kept.extend(
+            (0..ncols).map(|c| !from_old[c] && net.is_some_and(|n| n.keeps(c)) && in_schema(c)),
+        );
+        // Groups are few (kinds times sets of columns a run leaves untouched).
+        match groups.iter().position(|g| {
+            g.kind == kind && g.present == *present && g.from_old == *from_old && g.kept == *kept
+        }) {
+            Some(g) => g + 1,
+            None => {
+                groups.push(Group {
+                    kind,
+                    present: present.clone(),
+                    from_old: from_old.clone(),
+                    kept: kept.clone(),
+                });
+                groups.len()
+            }
+        }
+    }
+}
+
+/// Whether a row goes through the staging table: a delete, or a row of a group not copied
+/// straight into the table (`done`, per group).
+fn staged(r: &Row<'_>, done: &[bool]) -> bool {
+    r.grp == 0 || !done[r.grp - 1]
+}
+
+/// The staging table's column for the old key's `k`-th column.
+fn old_col(k: usize) -> String {
+    format!("o{k}")
+}
+
+/// Column names, quoted, for a column list.
+fn quoted_list(names: &[&str]) -> String {
+    names
+        .iter()
+        .map(|n| quote(n))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// One table's rows, grouped, and what the steps that write them read.
+struct Apply<'a, 'w> {
+    batches: &'a [ChangeBatch],
+    work: &'a TableWork<'w>,
+    meta: &'a TableMeta,
+    /// The table's name, quoted.
+    table: String,
+    groups: Vec<Group>,
+    rows: Vec<Row<'a>>,
+}
+
+impl Apply<'_, '_> {
+    /// How many rows group `grp` (1 + its index) holds.
+    fn members(&self, grp: usize) -> u64 {
+        self.rows.iter().filter(|r| r.grp == grp).count() as u64
+    }
+
+    /// Writes a row's column fields (its key is written before them): every column (`all`)
+    /// or only those written.
+    fn write_fields(
+        &self,
+        buf: &mut CopyBuf,
+        row: &Row<'_>,
+        all: bool,
+    ) -> Result<(), ReplicaError> {
+        let p = (row.grp > 0).then(|| &self.groups[row.grp - 1].present);
+        for c in 0..self.work.cols.len() {
             let written = p.is_some_and(|p| p[c]);
             if !written && !all {
                 continue;
             }
-            match cell(row.net, row.base, c).filter(|_| written) {
+            match cell(self.work, row.net, row.base, c).filter(|_| written) {
                 Some((enc, r)) => enc.write(r.row as usize, &mut buf.buf).map_err(|reason| {
                     ReplicaError::BadData {
-                        at: row_at(batches, work, r),
-                        reason: format!("column `{}`: {reason}", work.cols[c].name),
+                        at: row_at(self.batches, self.work, r),
+                        reason: format!("column `{}`: {reason}", self.work.cols[c].name),
                     }
                 })?,
                 None => buf.null(),
             }
         }
-        Ok::<_, ReplicaError>(())
-    };
-    let names_of =
-        |g: &Group| -> Vec<&str> { columns_of(work, g).map(|c| c.name.as_str()).collect() };
+        Ok(())
+    }
 
-    // Rows the table cannot hold yet go straight in by binary COPY, where every column's
-    // wire type is the column's type: no staging table, no second pass over the rows.
-    let fits = |g: &Group| {
+    fn names_of(&self, g: &Group) -> Vec<&str> {
+        columns_of(self.work, g).map(|c| c.name.as_str()).collect()
+    }
+
+    /// Whether `g`'s rows can be copied straight into the table: every column's wire type is
+    /// the column's type.
+    fn fits(&self, g: &Group) -> bool {
         !g.moves()
-            && columns_of(work, g)
-                .all(|c| meta.types.get(&c.name).is_some_and(|t| c.ty.wire.fits(t)))
-    };
-    // Per group: copied straight into the table; a fresh group's copy met a stored key.
-    let mut done = vec![false; groups.len()];
-    let mut conflicted = vec![false; groups.len()];
-    for (g, group) in groups.iter().enumerate() {
-        if group.kind == Kind::Upsert || !fits(group) {
-            continue;
-        }
-        let fresh = group.kind == Kind::Fresh;
-        let names = names_of(group);
-        let sql = format!(
-            "COPY {table} ({}) FROM STDIN (FORMAT binary)",
-            names
-                .iter()
-                .map(|n| quote(n))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        let nfields = names.len();
-        if fresh {
-            savepoint(conn, "SAVEPOINT lakesink_fresh")
-                .await
-                .map_err(db(&work.at))?;
-        }
-        let members = rows.iter().filter(|r| r.grp == g + 1);
-        let copied = copy_rows(conn, &sql, members, |buf, row| {
-            buf.row(nfields);
-            buf.buf.extend_from_slice(row.key);
-            write(buf, row, false)
-        });
-        match copied.await {
-            Ok(()) => {
-                if fresh {
-                    savepoint(conn, "RELEASE SAVEPOINT lakesink_fresh")
-                        .await
-                        .map_err(db(&work.at))?;
-                }
-                done[g] = true;
-                let members = rows.iter().filter(|r| r.grp == g + 1).count() as u64;
-                kept_unknown(work, group, members, &mut counts);
-            }
-            Err(CopyError::Db(e)) if fresh && is_unique_violation(&e) => {
-                savepoint(conn, "ROLLBACK TO SAVEPOINT lakesink_fresh")
-                    .await
-                    .map_err(db(&work.at))?;
-                conflicted[g] = true;
-                counts.fresh_conflict = true;
-            }
-            Err(e) => return Err(e.at(&work.at)),
-        }
-    }
-    let staged = |r: &&Row<'_>| r.grp == 0 || !done[r.grp - 1];
-    if !rows.iter().any(|r| staged(&r)) {
-        crate::failpoint::hit(crate::failpoint::REPLICA_AFTER_COPY);
-        return Ok(counts);
+            && columns_of(self.work, g).all(|c| {
+                self.meta
+                    .types
+                    .get(&c.name)
+                    .is_some_and(|t| c.ty.wire.fits(t))
+            })
     }
 
-    // The rest through a staging table: grp (0 delete, else the group), keys, columns, and
-    // when keys moved, the old keys. Its columns are named by position, so no source column
-    // name (`grp`, say) can clash with them.
-    let stage = quote(&format!("lakesink_stage_{seq}"));
-    let moves = groups.iter().any(Group::moves);
-    let old_col = |k: usize| format!("o{k}");
-    let mut defs = vec!["grp integer".to_owned()];
-    defs.extend(
-        work.pk
-            .iter()
-            .chain(&work.cols)
-            .map(|c| format!("{} {}", staged_as(work, c), c.ty.wire.sql())),
-    );
-    if moves {
+    /// The column's type in the table.
+    fn actual(&self, c: &ColumnDef) -> &str {
+        self.meta.types.get(&c.name).map_or("text", String::as_str)
+    }
+
+    /// The staged value of `c`, cast to the column's type.
+    fn cast(&self, c: &ColumnDef) -> String {
+        c.ty.cast_staged(&format!("s.{}", staged_as(self.work, c)), self.actual(c))
+    }
+
+    /// Rows the table cannot hold yet go straight in by binary COPY, where every column's
+    /// wire type is the column's type: no staging table, no second pass over the rows.
+    /// Returns, per group: copied straight into the table; a fresh group's copy met a
+    /// stored key.
+    async fn copy_straight(
+        &self,
+        conn: &mut PgConnection,
+        counts: &mut Counts,
+    ) -> Result<(Vec<bool>, Vec<bool>), ReplicaError> {
+        let (at, table) = (&self.work.at, &self.table);
+        let mut done = vec![false; self.groups.len()];
+        let mut conflicted = vec![false; self.groups.len()];
+        for (g, group) in self.groups.iter().enumerate() {
+            if group.kind == Kind::Upsert || !self.fits(group) {
+                continue;
+            }
+            let fresh = group.kind == Kind::Fresh;
+            let names = self.names_of(group);
+            let sql = format!(
+                "COPY {table} ({}) FROM STDIN (FORMAT binary)",
+                quoted_list(&names)
+            );
+            let nfields = names.len();
+            if fresh {
+                savepoint(conn, "SAVEPOINT lakesink_fresh")
+                    .await
+                    .map_err(db(at))?;
+            }
+            let members = self.rows.iter().filter(|r| r.grp == g + 1);
+            let copied = copy_rows(conn, &sql, members, |buf, row| {
+                buf.row(nfields);
+                buf.buf.extend_from_slice(row.key);
+                self.write_fields(buf, row, false)
+            });
+            match copied.await {
+                Ok(()) => {
+                    if fresh {
+                        savepoint(conn, "RELEASE SAVEPOINT lakesink_fresh")
+                            .await
+                            .map_err(db(at))?;
+                    }
+                    done[g] = true;
+                    kept_unknown(self.work, group, self.members(g + 1), counts);
+                }
+                Err(CopyError::Db(e)) if fresh && is_unique_violation(&e) => {
+                    savepoint(conn, "ROLLBACK TO SAVEPOINT lakesink_fresh")
+                        .await
+                        .map_err(db(at))?;
+                    conflicted[g] = true;
+                    counts.fresh_conflict = true;
+                }
+                Err(e) => return Err(e.at(at)),
+            }
+        }
+        Ok((done, conflicted))
+    }
+
+    /// The rest through a staging table: grp (0 delete, else the group), keys, columns, and
+    /// when keys moved, the old keys. Its columns are named by position, so no source column
+    /// name (`grp`, say) can clash with them.
+    async fn stage(
+        &self,
+        conn: &mut PgConnection,
+        stage: &str,
+        done: &[bool],
+    ) -> Result<(), ReplicaError> {
+        let work = self.work;
+        let moves = self.groups.iter().any(Group::moves);
+        let mut defs = vec!["grp integer".to_owned()];
         defs.extend(
             work.pk
                 .iter()
-                .enumerate()
-                .map(|(k, c)| format!("{} {}", old_col(k), c.ty.wire.sql())),
+                .chain(&work.cols)
+                .map(|c| format!("{} {}", staged_as(work, c), c.ty.wire.sql())),
         );
-    }
-    sqlx::query(AssertSqlSafe(format!(
-        "CREATE TEMP TABLE {stage} ({}) ON COMMIT DROP",
-        defs.join(", ")
-    )))
-    .execute(&mut *conn)
-    .await
-    .map_err(db(&work.at))?;
-    let nfields = 1 + work.pk.len() + ncols + if moves { work.pk.len() } else { 0 };
-    let sql = format!("COPY {stage} FROM STDIN (FORMAT binary)");
-    copy_rows(conn, &sql, rows.iter().filter(staged), |buf, row| {
-        buf.row(nfields);
-        let grp = i32::try_from(row.grp).unwrap_or(i32::MAX);
-        buf.buf.extend_from_slice(&4i32.to_be_bytes());
-        buf.buf.extend_from_slice(&grp.to_be_bytes());
-        buf.buf.extend_from_slice(row.key);
-        write(buf, row, true)?;
         if moves {
-            match row.net.and_then(Net::moved) {
-                Some(m) => buf.buf.extend_from_slice(&m.old_key),
-                None => work.pk.iter().for_each(|_| buf.null()),
+            defs.extend(
+                work.pk
+                    .iter()
+                    .enumerate()
+                    .map(|(k, c)| format!("{} {}", old_col(k), c.ty.wire.sql())),
+            );
+        }
+        sqlx::query(AssertSqlSafe(format!(
+            "CREATE TEMP TABLE {stage} ({}) ON COMMIT DROP",
+            defs.join(", ")
+        )))
+        .execute(&mut *conn)
+        .await
+        .map_err(db(&work.at))?;
+        let nfields = 1 + work.pk.len() + work.cols.len() + if moves { work.pk.len() } else { 0 };
+        let sql = format!("COPY {stage} FROM STDIN (FORMAT binary)");
+        let rows = self.rows.iter().filter(|r| staged(r, done));
+        copy_rows(conn, &sql, rows, |buf, row| {
+            buf.row(nfields);
+            let grp = i32::try_from(row.grp).unwrap_or(i32::MAX);
+            buf.buf.extend_from_slice(&4i32.to_be_bytes());
+            buf.buf.extend_from_slice(&grp.to_be_bytes());
+            buf.buf.extend_from_slice(row.key);
+            self.write_fields(buf, row, true)?;
+            if moves {
+                match row.net.and_then(Net::moved) {
+                    Some(m) => buf.buf.extend_from_slice(&m.old_key),
+                    None => work.pk.iter().for_each(|_| buf.null()),
+                }
             }
+            Ok(())
+        })
+        .await
+        .map_err(|e| e.at(&work.at))
+    }
+
+    /// Moved keys take their old key's stored values, before the old key's delete.
+    async fn fill_moved(
+        &self,
+        conn: &mut PgConnection,
+        stage: &str,
+        counts: &mut Counts,
+    ) -> Result<(), ReplicaError> {
+        for (g, group) in self.groups.iter().enumerate().filter(|(_, g)| g.moves()) {
+            let grp = g + 1;
+            let copied = sqlx::query(AssertSqlSafe(self.fill_sql(stage, grp, group)))
+                .execute(&mut *conn)
+                .await
+                .map_err(db(&self.work.at))?
+                .rows_affected();
+            let members = self.members(grp);
+            counts.moved += members;
+            count_unknown(
+                self.work,
+                &group.from_old,
+                members - copied.min(members),
+                "a key change's old row is not in the replica: the new row's unchanged (TOASTed) \
+                 columns are left NULL",
+                counts,
+            );
         }
         Ok(())
-    })
-    .await
-    .map_err(|e| e.at(&work.at))?;
-    crate::failpoint::hit(crate::failpoint::REPLICA_AFTER_COPY);
-    let any_delete = rows.iter().any(|r| r.grp == 0);
+    }
 
-    let actual = |c: &ColumnDef| meta.types.get(&c.name).map_or("text", String::as_str);
-    let cast = |c: &ColumnDef| {
-        c.ty.cast_staged(&format!("s.{}", staged_as(work, c)), actual(c))
-    };
-    // Moved keys take their old key's stored values, before the old key's delete.
-    for (g, group) in groups.iter().enumerate().filter(|(_, g)| g.moves()) {
-        let grp = g + 1;
+    /// The `UPDATE … FROM` that fills group `grp`'s moved keys in from their old keys' rows.
+    fn fill_sql(&self, stage: &str, grp: usize, group: &Group) -> String {
+        let (work, table) = (self.work, &self.table);
         let set: Vec<String> = work
             .cols
             .iter()
@@ -471,7 +635,7 @@ pub(crate) async fn apply_table(
                 format!(
                     "{} = {}",
                     staged_as(work, c),
-                    c.ty.cast_stored(&stored, actual(c))
+                    c.ty.cast_stored(&stored, self.actual(c))
                 )
             })
             .collect();
@@ -484,35 +648,25 @@ pub(crate) async fn apply_table(
                 format!(
                     "o.{} = {}",
                     quote(&c.name),
-                    c.ty.cast_staged(&old, actual(c))
+                    c.ty.cast_staged(&old, self.actual(c))
                 )
             })
             .collect();
-        let copied = sqlx::query(AssertSqlSafe(format!(
+        format!(
             "UPDATE {stage} AS s SET {} FROM {table} AS o WHERE s.grp = {grp} AND {}",
             set.join(", "),
             on.join(" AND ")
-        )))
-        .execute(&mut *conn)
-        .await
-        .map_err(db(&work.at))?
-        .rows_affected();
-        let members = rows.iter().filter(|r| r.grp == grp).count() as u64;
-        counts.moved += members;
-        count_unknown(
-            work,
-            &group.from_old,
-            members - copied.min(members),
-            "a key change's old row is not in the replica: the new row's unchanged (TOASTed) \
-             columns are left NULL",
-            &mut counts,
-        );
+        )
     }
-    if any_delete {
-        let on: Vec<String> = work
+
+    /// Deletes the staged deletes' keys.
+    async fn delete(&self, conn: &mut PgConnection, stage: &str) -> Result<(), ReplicaError> {
+        let table = &self.table;
+        let on: Vec<String> = self
+            .work
             .pk
             .iter()
-            .map(|k| format!("t.{} = {}", quote(&k.name), cast(k)))
+            .map(|k| format!("t.{} = {}", quote(&k.name), self.cast(k)))
             .collect();
         sqlx::query(AssertSqlSafe(format!(
             "DELETE FROM {table} AS t USING {stage} AS s WHERE s.grp = 0 AND {}",
@@ -520,21 +674,68 @@ pub(crate) async fn apply_table(
         )))
         .execute(&mut *conn)
         .await
-        .map_err(db(&work.at))?;
+        .map_err(db(&self.work.at))?;
+        Ok(())
     }
-    let keys: Vec<String> = work.pk.iter().map(|k| quote(&k.name)).collect();
-    for (g, group) in groups.iter().enumerate().filter(|(g, _)| !done[*g]) {
-        let grp = g + 1;
-        let names = names_of(group);
-        let written = &names[work.pk.len()..];
-        let casts: Vec<String> = columns_of(work, group).map(cast).collect();
+
+    /// Writes the staged groups not copied straight in: a fresh group by a plain insert
+    /// first, unless its copy met a stored key (`conflicted`), else by an upsert.
+    async fn upsert(
+        &self,
+        conn: &mut PgConnection,
+        stage: &str,
+        done: &[bool],
+        conflicted: &[bool],
+        counts: &mut Counts,
+    ) -> Result<(), ReplicaError> {
+        let at = &self.work.at;
+        let keys: Vec<String> = self.work.pk.iter().map(|k| quote(&k.name)).collect();
+        for (g, group) in self.groups.iter().enumerate().filter(|(g, _)| !done[*g]) {
+            let grp = g + 1;
+            let (insert, upsert) = self.upsert_sql(stage, grp, group, &keys);
+            let fresh = group.kind == Kind::Fresh;
+            if fresh && !conflicted[g] && plain_insert(conn, &insert).await.map_err(db(at))? {
+                kept_unknown(self.work, group, self.members(grp), counts);
+                continue;
+            }
+            counts.fresh_conflict |= fresh;
+            if group.kept.iter().any(|k| *k) {
+                // Which rows found no stored row to keep the columns of: PostgreSQL's upsert
+                // leaves `xmax` 0 on a row it inserted.
+                let inserted: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+                    "WITH w AS ({upsert} RETURNING (xmax = 0) AS inserted) \
+                     SELECT count(*) FILTER (WHERE inserted) FROM w"
+                )))
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(db(at))?;
+                kept_unknown(self.work, group, inserted.unsigned_abs(), counts);
+            } else {
+                sqlx::query(AssertSqlSafe(upsert))
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(db(at))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Group `grp`'s plain `INSERT … SELECT` from the staging table, and its upsert (`keys`:
+    /// the key columns, quoted).
+    fn upsert_sql(
+        &self,
+        stage: &str,
+        grp: usize,
+        group: &Group,
+        keys: &[String],
+    ) -> (String, String) {
+        let table = &self.table;
+        let names = self.names_of(group);
+        let written = &names[self.work.pk.len()..];
+        let casts: Vec<String> = columns_of(self.work, group).map(|c| self.cast(c)).collect();
         let insert = format!(
             "INSERT INTO {table} ({}) SELECT {} FROM {stage} AS s WHERE s.grp = {grp}",
-            names
-                .iter()
-                .map(|n| quote(n))
-                .collect::<Vec<_>>()
-                .join(", "),
+            quoted_list(&names),
             casts.join(", "),
         );
         let upsert = if group.kind == Kind::Insert {
@@ -552,32 +753,8 @@ pub(crate) async fn apply_table(
                 set.join(", ")
             )
         };
-        let fresh = group.kind == Kind::Fresh;
-        if fresh && !conflicted[g] && plain_insert(conn, &insert).await.map_err(db(&work.at))? {
-            let members = rows.iter().filter(|r| r.grp == grp).count() as u64;
-            kept_unknown(work, group, members, &mut counts);
-            continue;
-        }
-        counts.fresh_conflict |= fresh;
-        if group.kept.iter().any(|k| *k) {
-            // Which rows found no stored row to keep the columns of: PostgreSQL's upsert
-            // leaves `xmax` 0 on a row it inserted.
-            let inserted: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
-                "WITH w AS ({upsert} RETURNING (xmax = 0) AS inserted) \
-                 SELECT count(*) FILTER (WHERE inserted) FROM w"
-            )))
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(db(&work.at))?;
-            kept_unknown(work, group, inserted.unsigned_abs(), &mut counts);
-        } else {
-            sqlx::query(AssertSqlSafe(upsert))
-                .execute(&mut *conn)
-                .await
-                .map_err(db(&work.at))?;
-        }
+        (insert, upsert)
     }
-    Ok(counts)
 }
 
 /// `rows` rows were written with no value for the `columns` marked (left NULL): the values

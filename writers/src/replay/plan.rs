@@ -365,10 +365,15 @@ pub async fn plan(
             .unwrap_or(i64::MIN)
             .max(lower.unwrap_or(i64::MIN));
         let end = range.and_then(|r| r.to);
-        let part = plan_partition(
-            raw, &topic, partition, keys, begin, end, selection, &mut out,
-        )
-        .await?;
+        let wanted = Wanted {
+            raw,
+            topic: &topic,
+            partition,
+            begin,
+            end,
+            selection,
+        };
+        let part = plan_partition(&wanted, keys, &mut out).await?;
         let Some(mut part) = part else { continue };
         part.stored = stored_next;
         // Records between the replica's offset and the raw layer's first are nowhere.
@@ -404,188 +409,253 @@ pub async fn plan(
     Ok(out)
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn plan_partition(
-    raw: &RawLayer,
-    topic: &str,
+/// A marker's start offset and key, and what reading it gave.
+type MarkerRead = (i64, Path, Result<Option<Marker>, String>);
+
+/// One partition to plan, and what of it is wanted.
+struct Wanted<'a> {
+    raw: &'a RawLayer,
+    topic: &'a str,
     partition: i32,
-    keys: BTreeMap<i64, Path>,
+    /// Offsets to apply: from `begin`, up to `end` (inclusive) when set.
     begin: i64,
     end: Option<i64>,
-    selection: &Selection,
-    out: &mut Plan,
-) -> Result<Option<PartitionPlan>, ReplayError> {
-    // Markers wholly below `begin` (the next one starts at or below it) are not read.
-    let starts: Vec<i64> = keys.keys().copied().collect();
-    let first_needed = starts.partition_point(|&s| s <= begin).saturating_sub(1);
-    let wanted: Vec<(i64, Path)> = keys
-        .into_iter()
-        .skip(first_needed)
-        .take_while(|(s, _)| end.is_none_or(|e| *s <= e))
-        .collect();
-    let read: Vec<(i64, Path, Result<Option<Marker>, String>)> =
+    selection: &'a Selection,
+}
+
+impl Wanted<'_> {
+    fn problem(
+        &self,
+        kind: ProblemKind,
+        offsets: Option<(i64, i64)>,
+        key: String,
+        detail: String,
+    ) -> Problem {
+        Problem {
+            kind,
+            topic: self.topic.to_owned(),
+            partition: self.partition,
+            offsets,
+            key: Some(key),
+            detail,
+        }
+    }
+
+    /// The markers that can hold wanted offsets, read; `keys` are all of the partition's, by
+    /// start offset.
+    async fn read_markers(&self, keys: BTreeMap<i64, Path>) -> Vec<MarkerRead> {
+        // Markers wholly below `begin` (the next one starts at or below it) are not read.
+        let starts: Vec<i64> = keys.keys().copied().collect();
+        let first_needed = starts
+            .partition_point(|&s| s <= self.begin)
+            .saturating_sub(1);
+        let wanted: Vec<(i64, Path)> = keys
+            .into_iter()
+            .skip(first_needed)
+            .take_while(|(s, _)| self.end.is_none_or(|e| *s <= e))
+            .collect();
+        let store = &self.raw.store;
         futures::stream::iter(wanted.into_iter().map(|(s, k)| async move {
-            let m = marker::read(&raw.store, &k).await;
+            let m = marker::read(store, &k).await;
             (s, k, m)
         }))
         .buffered(CONCURRENCY)
         .collect()
-        .await;
-    let mut segments = Vec::new();
-    for (start, key, m) in read {
-        let problem = |detail: String| Problem {
-            kind: ProblemKind::CorruptMarker,
-            topic: topic.to_owned(),
-            partition,
-            offsets: None,
-            key: Some(key.to_string()),
-            detail,
-        };
-        let m = match m {
-            Ok(Some(m)) => m,
-            Ok(None) => continue, // deleted since the listing
-            Err(e) => {
-                out.problems.push(problem(e));
+        .await
+    }
+
+    /// The segments of the markers read that describe this partition and reach `begin`; the
+    /// others are problems.
+    fn segments(&self, read: Vec<MarkerRead>, out: &mut Plan) -> Vec<SegmentPlan> {
+        let (topic, partition) = (self.topic, self.partition);
+        let mut segments = Vec::new();
+        for (start, key, m) in read {
+            let problem =
+                |detail| self.problem(ProblemKind::CorruptMarker, None, key.to_string(), detail);
+            let m = match m {
+                Ok(Some(m)) => m,
+                Ok(None) => continue, // deleted since the listing
+                Err(e) => {
+                    out.problems.push(problem(e));
+                    continue;
+                }
+            };
+            if m.topic != topic || m.partition != partition || m.start != start || m.last < m.start
+            {
+                out.problems.push(problem(format!(
+                    "it describes {}[{}] offsets {}..={}",
+                    m.topic, m.partition, m.start, m.last
+                )));
                 continue;
             }
-        };
-        if m.topic != topic || m.partition != partition || m.start != start || m.last < m.start {
-            out.problems.push(problem(format!(
-                "it describes {}[{}] offsets {}..={}",
-                m.topic, m.partition, m.start, m.last
-            )));
-            continue;
-        }
-        if m.last < begin {
-            continue;
-        }
-        segments.push(SegmentPlan {
-            marker: key.to_string(),
-            start: m.start,
-            last: m.last,
-            rows: m.rows,
-            files: m
-                .files
-                .into_iter()
-                .map(|key| FilePlan {
-                    key,
-                    size: None,
-                    times: None,
-                })
-                .collect(),
-        });
-    }
-
-    // Time directories: skip leading segments that hold only records before `from`, and
-    // stop at the first that holds only records at or after `to`.
-    let re = raw.template.encoded_pattern(topic, partition);
-    for s in &mut segments {
-        for f in &mut s.files {
-            f.times = raw.file_times(re.as_ref(), &f.key);
-        }
-    }
-    let all = |s: &SegmentPlan, pred: &dyn Fn((i64, i64)) -> bool| {
-        !s.files.is_empty() && s.files.iter().all(|f| f.times.is_some_and(pred))
-    };
-    if let Some(from) = selection.from_ms {
-        let skip = segments
-            .iter()
-            .take_while(|s| all(s, &|(_, e)| e <= from))
-            .count();
-        segments.drain(..skip);
-    }
-    if let Some(to) = selection.to_ms
-        && let Some(stop) = segments.iter().position(|s| all(s, &|(b, _)| b >= to))
-    {
-        segments.truncate(stop);
-    }
-
-    // The chain: each segment starts right after the previous one.
-    for pair in segments.windows(2) {
-        let (a, b) = (&pair[0], &pair[1]);
-        if b.start > a.last + 1 {
-            out.problems.push(Problem {
-                kind: ProblemKind::OffsetGap,
-                topic: topic.to_owned(),
-                partition,
-                offsets: Some((a.last + 1, b.start - 1)),
-                key: Some(b.marker.clone()),
-                detail: format!(
-                    "no segment holds these offsets: one ends at {}, the next starts at {}",
-                    a.last, b.start
-                ),
+            if m.last < self.begin {
+                continue;
+            }
+            segments.push(SegmentPlan {
+                marker: key.to_string(),
+                start: m.start,
+                last: m.last,
+                rows: m.rows,
+                files: m
+                    .files
+                    .into_iter()
+                    .map(|key| FilePlan {
+                        key,
+                        size: None,
+                        times: None,
+                    })
+                    .collect(),
             });
-        } else if b.start <= a.last {
-            out.notes.push(format!(
-                "{topic}[{partition}]: segments {}..={} and {}..={} overlap; each offset is applied once",
-                a.start, a.last, b.start, b.last
-            ));
+        }
+        segments
+    }
+
+    /// Time directories: skip leading segments that hold only records before `from`, and
+    /// stop at the first that holds only records at or after `to`.
+    fn cut_to_times(&self, segments: &mut Vec<SegmentPlan>) {
+        let re = self
+            .raw
+            .template
+            .encoded_pattern(self.topic, self.partition);
+        for s in segments.iter_mut() {
+            for f in &mut s.files {
+                f.times = self.raw.file_times(re.as_ref(), &f.key);
+            }
+        }
+        let all = |s: &SegmentPlan, pred: &dyn Fn((i64, i64)) -> bool| {
+            !s.files.is_empty() && s.files.iter().all(|f| f.times.is_some_and(pred))
+        };
+        if let Some(from) = self.selection.from_ms {
+            let skip = segments
+                .iter()
+                .take_while(|s| all(s, &|(_, e)| e <= from))
+                .count();
+            segments.drain(..skip);
+        }
+        if let Some(to) = self.selection.to_ms
+            && let Some(stop) = segments.iter().position(|s| all(s, &|(b, _)| b >= to))
+        {
+            segments.truncate(stop);
         }
     }
 
-    // Every listed file must exist; a last segment with files missing is still being
-    // written (or its writer crashed before finishing it, and will write it again).
-    let heads: Vec<(usize, usize, Result<u64, object_store::Error>)> = futures::stream::iter(
-        segments
-            .iter()
-            .enumerate()
-            .flat_map(|(si, s)| (0..s.files.len()).map(move |fi| (si, fi)))
-            .map(|(si, fi)| {
-                let key = Path::from(segments[si].files[fi].key.as_str());
-                let store = raw.store.clone();
-                async move { (si, fi, store.head(&key).await.map(|m| m.size)) }
-            }),
-    )
-    .buffer_unordered(CONCURRENCY)
-    .collect()
-    .await;
-    let mut missing: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-    for (si, fi, head) in heads {
-        match head {
-            Ok(size) => segments[si].files[fi].size = Some(size),
-            Err(object_store::Error::NotFound { .. }) => missing.entry(si).or_default().push(fi),
-            Err(e) => {
-                return Err(store_error(
-                    &format!("reading {}", segments[si].files[fi].key),
-                    e,
+    /// The chain: each segment starts right after the previous one.
+    fn check_chain(&self, segments: &[SegmentPlan], out: &mut Plan) {
+        let (topic, partition) = (self.topic, self.partition);
+        for pair in segments.windows(2) {
+            let (a, b) = (&pair[0], &pair[1]);
+            if b.start > a.last + 1 {
+                out.problems.push(self.problem(
+                    ProblemKind::OffsetGap,
+                    Some((a.last + 1, b.start - 1)),
+                    b.marker.clone(),
+                    format!(
+                        "no segment holds these offsets: one ends at {}, the next starts at {}",
+                        a.last, b.start
+                    ),
+                ));
+            } else if b.start <= a.last {
+                out.notes.push(format!(
+                    "{topic}[{partition}]: segments {}..={} and {}..={} overlap; each offset is applied once",
+                    a.start, a.last, b.start, b.last
                 ));
             }
         }
     }
-    if let Some((&last, _)) = missing.last_key_value()
-        && last + 1 == segments.len()
-    {
-        let s = &segments[last];
-        out.notes.push(format!(
-            "{topic}[{partition}]: segment {}..={} is not complete (a writer is uploading it, or \
-             crashed before it finished and will write it again): replay stops before it",
-            s.start, s.last
-        ));
-        missing.remove(&last);
-        segments.truncate(last);
-    }
-    for (si, files) in missing {
-        let s = &segments[si];
-        for fi in files {
-            out.problems.push(Problem {
-                kind: ProblemKind::MissingFile,
-                topic: topic.to_owned(),
-                partition,
-                offsets: Some((s.start, s.last)),
-                key: Some(s.files[fi].key.clone()),
-                detail: format!("listed by marker {} but not in the store", s.marker),
-            });
+
+    /// Every listed file must exist; a last segment with files missing is still being
+    /// written (or its writer crashed before finishing it, and will write it again).
+    async fn check_files(
+        &self,
+        segments: &mut Vec<SegmentPlan>,
+        out: &mut Plan,
+    ) -> Result<(), ReplayError> {
+        let (topic, partition) = (self.topic, self.partition);
+        let mut missing = self.sizes(segments).await?;
+        if let Some((&last, _)) = missing.last_key_value()
+            && last + 1 == segments.len()
+        {
+            let s = &segments[last];
+            out.notes.push(format!(
+                "{topic}[{partition}]: segment {}..={} is not complete (a writer is uploading it, or \
+                 crashed before it finished and will write it again): replay stops before it",
+                s.start, s.last
+            ));
+            missing.remove(&last);
+            segments.truncate(last);
         }
+        for (si, files) in missing {
+            let s = &segments[si];
+            for fi in files {
+                out.problems.push(self.problem(
+                    ProblemKind::MissingFile,
+                    Some((s.start, s.last)),
+                    s.files[fi].key.clone(),
+                    format!("listed by marker {} but not in the store", s.marker),
+                ));
+            }
+        }
+        Ok(())
     }
+
+    /// Sets the size of every file of `segments` that exists; returns the missing ones, per
+    /// segment.
+    async fn sizes(
+        &self,
+        segments: &mut [SegmentPlan],
+    ) -> Result<BTreeMap<usize, Vec<usize>>, ReplayError> {
+        let heads: Vec<(usize, usize, Result<u64, object_store::Error>)> = futures::stream::iter(
+            segments
+                .iter()
+                .enumerate()
+                .flat_map(|(si, s)| (0..s.files.len()).map(move |fi| (si, fi)))
+                .map(|(si, fi)| {
+                    let key = Path::from(segments[si].files[fi].key.as_str());
+                    let store = self.raw.store.clone();
+                    async move { (si, fi, store.head(&key).await.map(|m| m.size)) }
+                }),
+        )
+        .buffer_unordered(CONCURRENCY)
+        .collect()
+        .await;
+        let mut missing: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for (si, fi, head) in heads {
+            match head {
+                Ok(size) => segments[si].files[fi].size = Some(size),
+                Err(object_store::Error::NotFound { .. }) => {
+                    missing.entry(si).or_default().push(fi)
+                }
+                Err(e) => {
+                    return Err(store_error(
+                        &format!("reading {}", segments[si].files[fi].key),
+                        e,
+                    ));
+                }
+            }
+        }
+        Ok(missing)
+    }
+}
+
+async fn plan_partition(
+    w: &Wanted<'_>,
+    keys: BTreeMap<i64, Path>,
+    out: &mut Plan,
+) -> Result<Option<PartitionPlan>, ReplayError> {
+    let read = w.read_markers(keys).await;
+    let mut segments = w.segments(read, out);
+    w.cut_to_times(&mut segments);
+    w.check_chain(&segments, out);
+    w.check_files(&mut segments, out).await?;
     Ok(Some(PartitionPlan {
-        topic: topic.to_owned(),
-        partition,
+        topic: w.topic.to_owned(),
+        partition: w.partition,
         segments,
         stored: None,
-        begin,
-        end,
-        from_ms: selection.from_ms,
-        to_ms: selection.to_ms,
+        begin: w.begin,
+        end: w.end,
+        from_ms: w.selection.from_ms,
+        to_ms: w.selection.to_ms,
     }))
 }
 
