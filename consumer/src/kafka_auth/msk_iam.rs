@@ -14,12 +14,15 @@ use std::time::{Duration, SystemTime};
 use aws_config::{BehaviorVersion, ConfigLoader, Region, SdkConfig};
 use aws_credential_types::Credentials;
 use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
+use aws_sigv4::http_request::{
+    self, SignableBody, SignableRequest, SignatureLocation, SigningSettings,
+};
+use aws_sigv4::sign::v4;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{DateTime, Utc};
-use hmac::{Hmac, KeyInit, Mac};
 use lakesink_config::MskIam;
-use sha2::{Digest, Sha256};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use tokio::sync::Mutex;
 use tracing::{debug, info};
 
@@ -29,8 +32,6 @@ use super::Token;
 const EXPIRES_SECONDS: i64 = 900;
 const SIGNING_NAME: &str = "kafka-cluster";
 const ACTION: &str = "kafka-cluster:Connect";
-/// The SHA-256 of an empty payload: a presigned GET carries none.
-const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 /// Credentials closer than this to their expiry are fetched again.
 const CREDENTIALS_MARGIN: Duration = Duration::from_secs(300);
 
@@ -40,95 +41,67 @@ pub(super) fn user_agent() -> String {
 }
 
 /// The token for `region`, signed with `credentials` at `at`, and when it expires (ms since
-/// the epoch).
+/// the epoch). `aws-sigv4` signs (the canonical request, the signing key, the signature);
+/// the URL is laid out as botocore lays it out (the operation's parameter, then the auth
+/// ones, the session token before the signature), so tokens equal the official signers'.
 pub(crate) fn sign(
     region: &str,
     credentials: &Credentials,
     at: DateTime<Utc>,
     user_agent: &str,
-) -> (String, i64) {
+) -> Result<(String, i64), String> {
     let host = format!("kafka.{region}.amazonaws.com");
-    let amz_date = at.format("%Y%m%dT%H%M%SZ").to_string();
-    let scope = format!(
-        "{}/{region}/{SIGNING_NAME}/aws4_request",
-        at.format("%Y%m%d")
-    );
-    let expires = EXPIRES_SECONDS.to_string();
-    // The order botocore writes them in: the operation's parameters, then the auth ones.
-    let mut params: Vec<(&str, String)> = vec![
-        ("Action", ACTION.to_owned()),
-        ("X-Amz-Algorithm", "AWS4-HMAC-SHA256".to_owned()),
-        (
-            "X-Amz-Credential",
-            format!("{}/{scope}", credentials.access_key_id()),
-        ),
-        ("X-Amz-Date", amz_date.clone()),
-        ("X-Amz-Expires", expires),
-        ("X-Amz-SignedHeaders", "host".to_owned()),
-    ];
-    if let Some(token) = credentials.session_token() {
-        params.push(("X-Amz-Security-Token", token.to_owned()));
+    let action = format!("Action={}", encode(ACTION));
+    let identity = credentials.clone().into();
+    let mut settings = SigningSettings::default();
+    settings.signature_location = SignatureLocation::QueryParams;
+    settings.expires_in = Some(Duration::from_secs(EXPIRES_SECONDS.unsigned_abs()));
+    let params = v4::SigningParams::builder()
+        .identity(&identity)
+        .region(region)
+        .name(SIGNING_NAME)
+        .time(SystemTime::from(at))
+        .settings(settings)
+        .build()
+        .map_err(|e| format!("MSK IAM signing parameters: {e}"))?
+        .into();
+    let url = format!("https://{host}/?{action}");
+    // A presigned GET carries no payload: its hash is that of the empty body.
+    let request = SignableRequest::new(
+        "GET",
+        url.as_str(),
+        std::iter::empty(),
+        SignableBody::Bytes(&[]),
+    )
+    .map_err(|e| format!("MSK IAM signing: {e}"))?;
+    let (instructions, signature) = http_request::sign(request, &params)
+        .map_err(|e| format!("MSK IAM signing: {e}"))?
+        .into_parts();
+    let mut query = vec![action];
+    let mut token = None;
+    for (k, v) in instructions.params() {
+        match *k {
+            "X-Amz-Signature" => {}
+            "X-Amz-Security-Token" => token = Some(format!("{k}={}", encode(v))),
+            _ => query.push(format!("{k}={}", encode(v))),
+        }
     }
-    let mut encoded: Vec<(String, String)> =
-        params.iter().map(|(k, v)| (encode(k), encode(v))).collect();
-    let query = join(&encoded);
-    encoded.sort();
-    let canonical_query = join(&encoded);
-    let canonical_request =
-        format!("GET\n/\n{canonical_query}\nhost:{host}\n\nhost\n{EMPTY_SHA256}");
-    let string_to_sign = format!(
-        "AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{}",
-        hex(&Sha256::digest(canonical_request.as_bytes()))
-    );
-    let mut key = hmac(
-        format!("AWS4{}", credentials.secret_access_key()).as_bytes(),
-        at.format("%Y%m%d").to_string().as_bytes(),
-    );
-    for part in [region, SIGNING_NAME, "aws4_request"] {
-        key = hmac(&key, part.as_bytes());
-    }
-    let signature = hex(&hmac(&key, string_to_sign.as_bytes()));
-    let url = format!(
-        "https://{host}/?{query}&X-Amz-Signature={signature}&User-Agent={}",
-        encode(user_agent)
-    );
+    query.extend(token);
+    query.push(format!("X-Amz-Signature={signature}"));
+    query.push(format!("User-Agent={}", encode(user_agent)));
+    let url = format!("https://{host}/?{}", query.join("&"));
     let expiry_ms = (at.timestamp() + EXPIRES_SECONDS) * 1000;
-    (URL_SAFE_NO_PAD.encode(url), expiry_ms)
+    Ok((URL_SAFE_NO_PAD.encode(url), expiry_ms))
 }
 
 /// Percent-encodes all but RFC 3986's unreserved characters, as SigV4 requires.
 fn encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(char::from(b));
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
-    out
-}
-
-fn join(pairs: &[(String, String)]) -> String {
-    pairs
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join("&")
-}
-
-fn hmac(key: &[u8], data: &[u8]) -> Vec<u8> {
-    // HMAC takes a key of any length.
-    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(key).unwrap_or_else(|_| unreachable!());
-    mac.update(data);
-    mac.finalize().into_bytes().to_vec()
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().fold(String::new(), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
+    const RESERVED: &AsciiSet = &NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'_')
+        .remove(b'.')
+        .remove(b'~');
+    utf8_percent_encode(s, RESERVED).to_string()
 }
 
 /// Makes MSK IAM tokens from the AWS credential chain.
@@ -191,7 +164,7 @@ impl MskIamTokens {
                 c
             }
         };
-        let (value, lifetime_ms) = sign(&chain.region, &credentials, Utc::now(), &user_agent());
+        let (value, lifetime_ms) = sign(&chain.region, &credentials, Utc::now(), &user_agent())?;
         Ok(Token {
             value,
             principal: credentials.access_key_id().to_owned(),
@@ -272,7 +245,8 @@ mod tests {
             &creds,
             at("2024-05-01T13:00:00Z"),
             PYTHON_AGENT,
-        );
+        )
+        .expect("signed");
         assert_eq!(
             token,
             "aHR0cHM6Ly9rYWZrYS51cy1lYXN0LTEuYW1hem9uYXdzLmNvbS8_QWN0aW9uPWthZmthLWNsdXN0ZXIlM0FDb25uZWN0JlgtQW16LUFsZ29yaXRobT1BV1M0LUhNQUMtU0hBMjU2JlgtQW16LUNyZWRlbnRpYWw9QUtJREVYQU1QTEUlMkYyMDI0MDUwMSUyRnVzLWVhc3QtMSUyRmthZmthLWNsdXN0ZXIlMkZhd3M0X3JlcXVlc3QmWC1BbXotRGF0ZT0yMDI0MDUwMVQxMzAwMDBaJlgtQW16LUV4cGlyZXM9OTAwJlgtQW16LVNpZ25lZEhlYWRlcnM9aG9zdCZYLUFtei1TaWduYXR1cmU9NDc5M2E1Y2Q2MGU0Mzc5ZmFmMjcwMDBmNDA0OTVlNzE3MDMwMjg3ZmE0YjYxNjQ2ODIwNjFmZGU4MTIwM2RjYSZVc2VyLUFnZW50PWF3cy1tc2staWFtLXNhc2wtc2lnbmVyLXB5dGhvbiUyRjEuMC4y"
@@ -291,7 +265,8 @@ mod tests {
             &creds,
             at("2025-12-31T23:59:59Z"),
             PYTHON_AGENT,
-        );
+        )
+        .expect("signed");
         assert_eq!(
             token,
             "aHR0cHM6Ly9rYWZrYS5ldS13ZXN0LTEuYW1hem9uYXdzLmNvbS8_QWN0aW9uPWthZmthLWNsdXN0ZXIlM0FDb25uZWN0JlgtQW16LUFsZ29yaXRobT1BV1M0LUhNQUMtU0hBMjU2JlgtQW16LUNyZWRlbnRpYWw9QVNJQUVYQU1QTEUlMkYyMDI1MTIzMSUyRmV1LXdlc3QtMSUyRmthZmthLWNsdXN0ZXIlMkZhd3M0X3JlcXVlc3QmWC1BbXotRGF0ZT0yMDI1MTIzMVQyMzU5NTlaJlgtQW16LUV4cGlyZXM9OTAwJlgtQW16LVNpZ25lZEhlYWRlcnM9aG9zdCZYLUFtei1TZWN1cml0eS1Ub2tlbj1JUW9KYjNKcFoybHVYMlZqRSUyRiUyRnRva2VuJTJCJTJGJTNEJlgtQW16LVNpZ25hdHVyZT1kNzEzMjg2NjkzMDViN2ZmYTBmOGMwMmQ2ZjJlMjcxNzk2MDc3ZTBmNDE4OWNmNTczMzJkOGUxMTMwNTliNGE0JlVzZXItQWdlbnQ9YXdzLW1zay1pYW0tc2FzbC1zaWduZXItcHl0aG9uJTJGMS4wLjI"
@@ -302,7 +277,7 @@ mod tests {
     #[test]
     fn the_token_decodes_to_the_presigned_url() {
         let creds = Credentials::new("AKID", "secret", None, None, "test");
-        let (token, _) = sign("ap-south-1", &creds, Utc::now(), &user_agent());
+        let (token, _) = sign("ap-south-1", &creds, Utc::now(), &user_agent()).expect("signed");
         let url =
             String::from_utf8(URL_SAFE_NO_PAD.decode(token).expect("base64url")).expect("utf8");
         assert!(
