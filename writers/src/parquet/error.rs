@@ -62,7 +62,7 @@ impl Classify for RawError {
 }
 
 /// An object store error: refused credentials and permissions are for an operator to fix.
-fn store_fault(e: &object_store::Error) -> Fault {
+pub(crate) fn store_fault(e: &object_store::Error) -> Fault {
     match e {
         object_store::Error::PermissionDenied { .. }
         | object_store::Error::Unauthenticated { .. } => Fault::Refused(Some(System::ObjectStore)),

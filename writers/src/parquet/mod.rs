@@ -29,6 +29,7 @@ mod uploads;
 mod writer;
 
 pub use error::RawError;
+pub(crate) use error::store_fault;
 pub use file::FileError;
 pub use joda::JodaPattern;
 pub use key::KeyTemplate;

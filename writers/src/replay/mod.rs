@@ -30,17 +30,19 @@ pub use run::{Options, PartitionDone, Stats, Summary, run};
 pub enum ReplayError {
     #[error("replay config: {0}")]
     Config(String),
-    #[error("raw layer store: {0}")]
-    Store(String),
+    #[error("raw layer store: {what}: {source}")]
+    Store {
+        what: String,
+        #[source]
+        source: object_store::Error,
+    },
 }
 
 impl lakesink_model::Classify for ReplayError {
     fn fault(&self) -> lakesink_model::Fault {
         match self {
             Self::Config(_) => lakesink_model::Fault::Refused(None),
-            Self::Store(_) => {
-                lakesink_model::Fault::Unavailable(lakesink_model::System::ObjectStore)
-            }
+            Self::Store { source, .. } => crate::parquet::store_fault(source),
         }
     }
 }

@@ -287,8 +287,11 @@ impl Plan {
     }
 }
 
-fn store_error(what: &str, e: impl std::fmt::Display) -> ReplayError {
-    ReplayError::Store(format!("{what}: {e}"))
+fn store_error(what: &str, source: object_store::Error) -> ReplayError {
+    ReplayError::Store {
+        what: what.to_owned(),
+        source,
+    }
 }
 
 /// Plans the replay of `selection` from `raw`, given the replica's stored next offsets
