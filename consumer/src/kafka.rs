@@ -352,6 +352,18 @@ pub(crate) mod calls {
         }
     }
 
+    /// Commits what is stored, and waits: the last call of a run.
+    pub(crate) fn commit_final(consumer: &GroupConsumer) -> Result<(), KafkaError> {
+        match consumer.commit_consumer_state(CommitMode::Sync) {
+            Ok(()) => info!("offsets committed, stopped"),
+            Err(KafkaError::ConsumerCommit(rdkafka::error::RDKafkaErrorCode::NoOffset)) => {
+                info!("stopped")
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(())
+    }
+
     /// Commits marks whose metadata moved while their offset did not.
     pub(crate) fn commit(consumer: &GroupConsumer, marks: &[Mark], sync: bool) {
         let mode = if sync {
@@ -369,25 +381,26 @@ pub(crate) mod calls {
         consumer: &GroupConsumer,
         paused: &mut HashSet<TopicPartition>,
         want: Vec<TopicPartition>,
+        by: &[&'static str],
     ) {
         let want: HashSet<TopicPartition> = want.into_iter().collect();
+        let by = by.join(", ");
         let pause = parts(want.difference(paused));
         let resume = parts(paused.difference(&want));
         if pause.count() > 0 {
             match consumer.pause(&pause) {
                 Ok(()) => info!(
                     parts = pause.count(),
-                    "a sink is stuck on some partitions: they are paused, the others go on"
+                    sink = %by,
+                    "{by} is stuck on some partitions (a locked table, a slow statement): \
+                     they are paused, the others go on"
                 ),
                 Err(e) => warn!(error = %e, "pausing partitions"),
             }
         }
         if resume.count() > 0 {
             match consumer.resume(&resume) {
-                Ok(()) => info!(
-                    parts = resume.count(),
-                    "the sink moved again: partitions resumed"
-                ),
+                Ok(()) => info!(parts = resume.count(), "moving again: partitions resumed"),
                 Err(e) => warn!(error = %e, "resuming partitions"),
             }
         }

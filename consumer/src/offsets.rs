@@ -120,6 +120,20 @@ impl OffsetTracker {
             .collect()
     }
 
+    /// Where sink `sink` was given each partition up to: what was read, or its floor when
+    /// that is higher (it holds everything below its floor). A sink that lets go of a
+    /// partition with nothing pending lets go here, not below what it holds.
+    pub(crate) fn given(&self, sink: usize) -> HashMap<TopicPartition, i64> {
+        self.parts
+            .iter()
+            .filter_map(|(k, p)| {
+                let next = p.consumed?;
+                let floor = p.floors.get(sink).copied().flatten();
+                Some((k.clone(), floor.map_or(next, |f| next.max(f))))
+            })
+            .collect()
+    }
+
     /// The rows of `batches` sink `sink` does not hold yet: those at or above its floors.
     pub(crate) fn for_sink(&self, sink: usize, batches: &[ChangeBatch]) -> Vec<ChangeBatch> {
         batches
@@ -145,7 +159,10 @@ impl OffsetTracker {
         from: i64,
         outcomes: &[Rewound],
     ) -> Vec<(TopicPartition, i64)> {
-        let p = self.part(part);
+        // Revoked meanwhile: nothing to keep.
+        let Some(p) = self.parts.get_mut(part) else {
+            return Vec::new();
+        };
         let before = p.consumed;
         let mut again = Vec::new();
         for (sink, outcome) in outcomes.iter().enumerate() {

@@ -51,8 +51,11 @@ pub(crate) enum Control {
     Commit { marks: Vec<Mark>, sync: bool },
     /// Read partitions again from these offsets; answered by [`ToSinks::Rewound`].
     ReadAgain(Vec<(TopicPartition, i64)>),
-    /// Keep exactly these partitions paused.
-    Pause(Vec<TopicPartition>),
+    /// Keep exactly these partitions paused, for these sinks (named in the log).
+    Pause {
+        parts: Vec<TopicPartition>,
+        by: Vec<&'static str>,
+    },
 }
 
 pub(crate) async fn run(
@@ -149,7 +152,7 @@ impl Driver {
         let empty = match &c {
             Control::Store(m) | Control::Commit { marks: m, .. } => m.is_empty(),
             Control::ReadAgain(r) => r.is_empty(),
-            Control::CommitStored | Control::Pause(_) => false,
+            Control::CommitStored | Control::Pause { .. } => false,
         };
         // A closed channel means the consuming side stopped; it reports why.
         if !empty && self.control.send(c).is_err() {
@@ -163,20 +166,26 @@ impl Driver {
 
     /// Asks every sink: whether to take more, what to pause, what to read again.
     fn backpressure(&mut self, sinks: &mut [Box<dyn Sink>], tracker: &OffsetTracker) -> bool {
-        let consumed = tracker.consumed_all();
         let alone = sinks.len() == 1;
         let mut full = false;
         let mut pause = Vec::new();
-        for s in sinks {
-            let b = s.backpressure(&consumed, alone);
+        let mut by = Vec::new();
+        for (i, s) in sinks.iter_mut().enumerate() {
+            let b = s.backpressure(&tracker.given(i), alone);
             full |= b.full;
+            if !b.pause.is_empty() {
+                by.push(s.name());
+            }
             pause.extend(b.pause);
             self.send(Control::ReadAgain(b.read_again));
         }
         pause.sort();
         pause.dedup();
         if pause != self.paused {
-            self.send(Control::Pause(pause.clone()));
+            self.send(Control::Pause {
+                parts: pause.clone(),
+                by,
+            });
             self.paused = pause;
         }
         full

@@ -10,8 +10,9 @@ use tracing::warn;
 
 use crate::fault::{Classify, Fault, System};
 
-/// How a retried call waits: from `first`, doubling up to `max`, each wait with jitter
-/// added; `attempts` retries at most (None: until the system answers).
+/// How a retried call waits: from about `first`, doubling up to `max`, each wait with jitter
+/// (between half and all of it once capped, so waits at the cap spread too); `attempts`
+/// retries at most (None: until the system answers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backoff {
     pub first: Duration,
@@ -21,7 +22,7 @@ pub struct Backoff {
 
 impl Backoff {
     /// What every sink and lookup uses: a database or store back within seconds is seen
-    /// within a second, a long outage is probed twice a minute.
+    /// within a second, a long outage is tried every 15 to 30 s.
     pub const DEFAULT: Backoff = Backoff {
         first: Duration::from_millis(200),
         max: Duration::from_secs(30),
@@ -34,9 +35,10 @@ impl Backoff {
     }
 
     fn builder(&self) -> ExponentialBuilder {
+        // backon's jitter adds up to the delay itself: half the cap keeps waits within it.
         let b = ExponentialBuilder::default()
             .with_min_delay(self.first)
-            .with_max_delay(self.max)
+            .with_max_delay(self.max / 2)
             .with_jitter();
         match self.attempts {
             Some(n) => b.with_max_times(n),
@@ -185,11 +187,11 @@ mod tests {
         let c: Vec<Duration> = b.delays().take(40).collect();
         assert_eq!(a.len(), 40, "no deadline");
         for d in &a {
-            assert!(*d >= b.first && *d <= b.max * 2, "{d:?}");
+            assert!(*d >= b.first / 2 && *d <= b.max, "within the cap: {d:?}");
         }
         assert!(
-            a[30] >= b.max,
-            "capped and still waiting the cap: {:?}",
+            a[30] >= b.max / 2,
+            "capped and still waiting about the cap: {:?}",
             a[30]
         );
         assert_ne!(a, c, "two instances do not retry in lockstep");

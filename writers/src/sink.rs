@@ -83,14 +83,11 @@ pub trait Sink: Send {
     fn revoke(&mut self, part: &TopicPartition);
 
     /// Whether more may be handed over, and which partitions to hold at the consumer.
-    /// `consumed` is where each partition was read to; `alone` is whether this is the only
+    /// `given` is where each partition was given to this sink up to (read, or its floor when
+    /// higher: a sink letting go with nothing pending lets go there); `alone` is whether this is the only
     /// sink (a sink with company lets go of a slow partition rather than holding back the
     /// others).
-    fn backpressure(
-        &mut self,
-        consumed: &HashMap<TopicPartition, i64>,
-        alone: bool,
-    ) -> Backpressure;
+    fn backpressure(&mut self, given: &HashMap<TopicPartition, i64>, alone: bool) -> Backpressure;
 
     /// The loop's view of the sink's durable point per partition (the first offset it does
     /// not hold), for a sink that records it in its own store; `flush` at shutdown.

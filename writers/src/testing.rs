@@ -27,6 +27,8 @@ pub struct MemoryState {
     pub non_data: usize,
     /// Revoked partitions, in order.
     pub revoked: Vec<TopicPartition>,
+    /// What it answers to a seek back (default: it held on, `Skip`).
+    pub rewound: Option<Rewound>,
 }
 
 /// A sink in memory: what it is given becomes durable at its next event, unless stalled.
@@ -99,15 +101,18 @@ impl Sink for MemorySink {
         !st.stalled && st.pending.values().any(|p| !p.is_empty())
     }
 
+    /// Cancel-safe as the contract asks: nothing happens until the future is polled, and
+    /// then at once.
     fn next_event(&mut self) -> BoxFuture<'_, Result<Event, SinkError>> {
-        let mut st = self.lock();
-        let receipts = if st.stalled {
-            Vec::new()
-        } else {
-            flush(&mut st)
-        };
-        drop(st);
         Box::pin(async move {
+            let receipts = {
+                let mut st = self.lock();
+                if st.stalled {
+                    Vec::new()
+                } else {
+                    flush(&mut st)
+                }
+            };
             if receipts.is_empty() {
                 Ok(Event::Nothing)
             } else {
@@ -123,8 +128,14 @@ impl Sink for MemorySink {
             .and_then(|p| p.first().copied())
     }
 
-    fn rewound(&mut self, _: &TopicPartition, _: i64, _: Option<i64>) -> Rewound {
-        Rewound::Skip
+    fn rewound(&mut self, part: &TopicPartition, _: i64, _: Option<i64>) -> Rewound {
+        let mut st = self.lock();
+        let answer = st.rewound.take().unwrap_or(Rewound::Skip);
+        if let Rewound::From(_) = answer {
+            // It had let go: what it held pending is gone.
+            st.pending.remove(part);
+        }
+        answer
     }
 
     fn revoke(&mut self, part: &TopicPartition) {

@@ -251,12 +251,21 @@ impl Model {
                 }
             }
             Op::LetGo(s, p) => {
-                if self.reading.contains_key(&p) {
-                    let f = self.fake(s, p);
-                    if f.out.is_none() && f.durable < f.given {
-                        f.out = Some(f.durable);
-                        f.given = f.durable;
-                    }
+                if !self.reading.contains_key(&p) {
+                    return;
+                }
+                // With nothing pending a sink lets go where the loop says it was given to.
+                let given = self.tracker.given(s).get(&part(p)).copied();
+                let f = self.fake(s, p);
+                if f.out.is_some() {
+                    return;
+                }
+                if f.durable < f.given {
+                    f.out = Some(f.durable);
+                    f.given = f.durable;
+                } else if let Some(g) = given {
+                    assert_eq!(g, f.given, "sink {s} was given up to {}, not {g}", f.given);
+                    f.out = Some(g);
                 }
             }
             Op::ReadAgain(p, latest) => {

@@ -17,8 +17,6 @@ use lakesink_schema_registry::{ChangeDecoder, Format, SchemaResolver};
 use lakesink_writers::sink::{Resume, Sink, TopicPartition};
 use rdkafka::Message;
 use rdkafka::Offset;
-use rdkafka::consumer::{CommitMode, Consumer};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
@@ -198,7 +196,7 @@ pub(crate) async fn run<R: SchemaResolver>(
                 Control::Store(m) => calls::store(&consumer, &m),
                 Control::CommitStored => calls::commit_stored(&consumer),
                 Control::Commit { marks, sync } => calls::commit(&consumer, &marks, sync),
-                Control::Pause(want) => calls::set_paused(&consumer, paused, want),
+                Control::Pause { parts, by } => calls::set_paused(&consumer, paused, parts, &by),
                 // Stopping: nothing is read again.
                 Control::ReadAgain(_) => {}
             }
@@ -220,12 +218,7 @@ pub(crate) async fn run<R: SchemaResolver>(
         (Ok(None), Some(sinks)) => sinks,
         (Ok(None), None) => Ok(()),
     }?;
-    match consumer.commit_consumer_state(CommitMode::Sync) {
-        Ok(()) => info!("offsets committed, stopped"),
-        Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => info!("stopped"),
-        Err(e) => return Err(e).context("committing offsets on shutdown"),
-    }
-    Ok(())
+    calls::commit_final(&consumer).context("committing offsets on shutdown")
 }
 
 fn flatten(done: Result<anyhow::Result<()>, tokio::task::JoinError>) -> anyhow::Result<()> {
@@ -280,7 +273,7 @@ async fn control<R: SchemaResolver>(
         Control::Store(m) => calls::store(consumer, &m),
         Control::CommitStored => calls::commit_stored(consumer),
         Control::Commit { marks, sync } => calls::commit(consumer, &marks, sync),
-        Control::Pause(want) => calls::set_paused(consumer, paused, want),
+        Control::Pause { parts, by } => calls::set_paused(consumer, paused, parts, &by),
         Control::ReadAgain(due) => rewind(consumer, decoder, pending, tx, telemetry, due).await?,
     }
     Ok(())

@@ -16,7 +16,7 @@ use crate::sink::{Rewound, TopicPartition};
 
 type Part = TopicPartition;
 
-/// Probes of the store: the first a second after it failed, then backing off to 30 s.
+/// Probes of the store: the first about a second after it failed, then backing off to 15–30 s.
 const PROBES: Backoff = Backoff {
     first: Duration::from_secs(1),
     max: Duration::from_secs(30),

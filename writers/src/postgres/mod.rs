@@ -66,7 +66,7 @@ pub struct Rounded {
 ///   write wins; a delete then an insert is an insert). Debezium's placeholder for unchanged
 ///   TOASTed values never overwrites a stored value; on the new key of a key change it is the
 ///   old key's value, when the old key's delete is in the same call (docs/replica.md).
-/// - Errors say whether a retry can help ([`ReplicaError::is_retryable`]) and name topic,
+/// - Errors say whether a retry can help ([`Classify`](lakesink_model::Classify) on [`ReplicaError`]) and name topic,
 ///   partition, offset(s) and table.
 pub struct PgReplicator {
     pool: PgPool,

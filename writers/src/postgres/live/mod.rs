@@ -147,9 +147,10 @@ impl ReplicaSink {
                     }
                     None => apply(&replicator, &group, &batches, &*meter)
                         .await
+                        .map(|_| receipts(&batches))
                         .map_err(|e| SinkError::new(REPLICA, e)),
                 };
-                (lane, applied.map(|_| receipts(&batches)))
+                (lane, applied)
             });
         }
     }

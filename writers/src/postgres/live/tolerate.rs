@@ -12,9 +12,9 @@ use lakesink_model::{Fault, System};
 use lakesink_schema_registry::ChangeBatch;
 use tracing::warn;
 
-use super::{REPLICA, Rejects, apply};
-use crate::postgres::{Applied, At, PgReplicator, ReplicaError};
-use crate::sink::{Meter, SinkError};
+use super::{REPLICA, Rejects, apply, receipts};
+use crate::postgres::{At, PgReplicator, ReplicaError};
+use crate::sink::{Meter, Receipt, SinkError, TopicPartition};
 
 enum Step {
     Apply(Vec<ChangeBatch>),
@@ -28,20 +28,20 @@ pub(super) async fn apply_tolerating(
     batches: &[ChangeBatch],
     dead: &dyn Rejects,
     meter: &dyn Meter,
-) -> Result<Vec<Applied>, SinkError> {
+) -> Result<Vec<Receipt>, SinkError> {
     let failed = |e: ReplicaError| SinkError::new(REPLICA, e);
-    let mut next: BTreeMap<(String, i32), i64> = BTreeMap::new();
-    let mut merge = |applied: Vec<Applied>| {
-        for a in applied {
-            let e = next.entry((a.topic, a.partition)).or_insert(a.next_offset);
-            *e = (*e).max(a.next_offset);
+    // Rows applied per partition: what went to the dead-letter topic is not counted.
+    let mut applied: BTreeMap<TopicPartition, u64> = BTreeMap::new();
+    let mut count = |chunk: &[ChangeBatch]| {
+        for r in receipts(chunk) {
+            *applied.entry(r.part).or_default() += r.rows;
         }
     };
     let mut steps = VecDeque::from([Step::Apply(batches.to_vec())]);
     while let Some(step) = steps.pop_front() {
         match step {
             Step::Apply(chunk) => match apply(replicator, group, &chunk, meter).await {
-                Ok(applied) => merge(applied),
+                Ok(_) => count(&chunk),
                 Err(ReplicaError::BadData { at, reason }) => {
                     let reason = format!("{at}: {reason}");
                     if let Some((before, bad, after)) = split_at(&chunk, &at) {
@@ -77,21 +77,15 @@ pub(super) async fn apply_tolerating(
                 meter.dead_lettered(&bad.topic);
                 let mut past = (*bad).clone();
                 past.rows = bad.rows.slice(0, 0);
-                merge(
-                    apply(replicator, group, &[past], meter)
-                        .await
-                        .map_err(failed)?,
-                );
+                apply(replicator, group, &[past], meter)
+                    .await
+                    .map_err(failed)?;
             }
         }
     }
-    Ok(next
+    Ok(applied
         .into_iter()
-        .map(|((topic, partition), next_offset)| Applied {
-            topic,
-            partition,
-            next_offset,
-        })
+        .map(|(part, rows)| Receipt { part, rows })
         .collect())
 }
 
