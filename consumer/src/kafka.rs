@@ -338,6 +338,24 @@ pub(crate) mod calls {
         list
     }
 
+    /// The sink loop's offsets: stores and commits on the group's consumer, from the sink
+    /// task (both are safe from any thread; seeks and pauses stay with the consuming task).
+    pub(crate) struct Committer(pub(crate) std::sync::Arc<GroupConsumer>);
+
+    impl crate::sinks::Offsets for Committer {
+        fn store(&self, marks: &[Mark]) {
+            store(&self.0, marks);
+        }
+
+        fn commit_stored(&self) {
+            commit_stored(&self.0);
+        }
+
+        fn commit(&self, marks: &[Mark], sync: bool) {
+            commit(&self.0, marks, sync);
+        }
+    }
+
     pub(crate) fn store(consumer: &GroupConsumer, marks: &[Mark]) {
         match consumer.store_offsets(&list(marks)) {
             Ok(()) => failpoint::hit(KAFKA_AFTER_STORE),

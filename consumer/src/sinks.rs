@@ -1,8 +1,8 @@
 //! The sink side of the pipeline, on its own task so that writing runs beside consuming and
 //! decoding. It receives decoded batches in order ([`ToSinks`]), feeds every enabled sink
 //! through the [`Sink`] contract, keeps the [`OffsetTracker`] up to date from what each sink
-//! holds, and sends the consuming side what to do with the consumer ([`Control`]): store and
-//! commit offsets, read partitions again, pause. It knows no sink by name.
+//! holds, stores and commits what they made durable ([`Offsets`]), and asks the consuming side
+//! to read partitions again or pause them ([`Control`]). It knows no sink by name.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -40,15 +40,9 @@ pub(crate) enum ToSinks {
     Stop,
 }
 
-/// What the sink side asks of the consumer; the consuming side makes the rdkafka calls.
+/// What the sink side asks of the consuming side, which owns seeks and pauses.
 #[derive(Debug)]
 pub(crate) enum Control {
-    /// Store these offsets for the auto-commit.
-    Store(Vec<Mark>),
-    /// Everything consumed is durable: commit what is stored now.
-    CommitStored,
-    /// Commit these (their metadata moved while their offsets did not); `sync` at shutdown.
-    Commit { marks: Vec<Mark>, sync: bool },
     /// Read partitions again from these offsets; answered by [`ToSinks::Rewound`].
     ReadAgain(Vec<(TopicPartition, i64)>),
     /// Keep exactly these partitions paused, for these sinks (named in the log).
@@ -58,10 +52,23 @@ pub(crate) enum Control {
     },
 }
 
+/// Where the loop stores and commits offsets (`kafka::calls::Committer`, or a test's
+/// record). Storing and committing are done here, not on the consuming side, so that what
+/// became durable is stored at once even while the consuming side waits (on the registry,
+/// on a full channel); both are safe from any thread.
+pub(crate) trait Offsets: Send {
+    /// For the auto-commit.
+    fn store(&self, marks: &[Mark]);
+    /// Everything consumed is durable: commit what is stored now.
+    fn commit_stored(&self);
+    /// Commit these (their metadata moved while their offsets did not); `sync` at shutdown.
+    fn commit(&self, marks: &[Mark], sync: bool);
+}
+
 pub(crate) async fn run(
     mut sinks: Vec<Box<dyn Sink>>,
     mut items: mpsc::Receiver<ToSinks>,
-    control: mpsc::UnboundedSender<Control>,
+    (control, offsets): (mpsc::UnboundedSender<Control>, Box<dyn Offsets>),
     telemetry: Arc<Telemetry>,
 ) -> anyhow::Result<()> {
     let metadata_sink = sinks
@@ -71,6 +78,7 @@ pub(crate) async fn run(
     let mut tracker = OffsetTracker::new(sinks.len(), metadata_sink);
     let mut driver = Driver {
         control,
+        offsets,
         telemetry,
         paused: Vec::new(),
     };
@@ -142,6 +150,7 @@ pub(crate) async fn run(
 /// The loop's side effects: messages to the consuming side, metrics.
 struct Driver {
     control: mpsc::UnboundedSender<Control>,
+    offsets: Box<dyn Offsets>,
     telemetry: Arc<Telemetry>,
     /// The partitions last asked to be paused.
     paused: Vec<TopicPartition>,
@@ -150,9 +159,8 @@ struct Driver {
 impl Driver {
     fn send(&self, c: Control) {
         let empty = match &c {
-            Control::Store(m) | Control::Commit { marks: m, .. } => m.is_empty(),
             Control::ReadAgain(r) => r.is_empty(),
-            Control::CommitStored | Control::Pause { .. } => false,
+            Control::Pause { .. } => false,
         };
         // A closed channel means the consuming side stopped; it reports why.
         if !empty && self.control.send(c).is_err() {
@@ -161,7 +169,9 @@ impl Driver {
     }
 
     fn send_marks(&self, marks: Vec<Mark>, sync: bool) {
-        self.send(Control::Commit { marks, sync });
+        if !marks.is_empty() {
+            self.offsets.commit(&marks, sync);
+        }
     }
 
     /// Asks every sink: whether to take more, what to pause, what to read again.
@@ -221,10 +231,12 @@ impl Driver {
     fn store(&self, sinks: &[Box<dyn Sink>], tracker: &mut OffsetTracker, commit: bool) {
         let marks = tracker.marks(|i, part| sinks[i].pending_start(part));
         let moved = !marks.is_empty();
-        self.send(Control::Store(marks));
+        if moved {
+            self.offsets.store(&marks);
+        }
         if commit && (moved || tracker.caught_up_due()) && tracker.commit_caught_up(Instant::now())
         {
-            self.send(Control::CommitStored);
+            self.offsets.commit_stored();
         }
     }
 }

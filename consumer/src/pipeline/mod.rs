@@ -66,7 +66,13 @@ pub(crate) async fn run<R: SchemaResolver>(
     let (tx, rx) = mpsc::channel(CHANNEL_ITEMS);
     let (control_tx, mut control_rx) = mpsc::unbounded_channel();
     let mut paused = std::collections::HashSet::new();
-    let mut sink_task = tokio::spawn(sinks::run(sinks, rx, control_tx, telemetry.clone()));
+    let offsets = Box::new(calls::Committer(consumer.clone()));
+    let mut sink_task = tokio::spawn(sinks::run(
+        sinks,
+        rx,
+        (control_tx, offsets),
+        telemetry.clone(),
+    ));
     let mut decoder = ChangeDecoder::new(resolver, format, BATCH_ROWS)
         .with_routes(kafka::routes(&config.non_data))
         .with_source_connector(config.source_connector.clone());
@@ -190,25 +196,11 @@ pub(crate) async fn run<R: SchemaResolver>(
     }
     .await;
     drop(tx);
-    let drain_control = |rx: &mut mpsc::UnboundedReceiver<Control>, paused: &mut _| {
-        while let Ok(c) = rx.try_recv() {
-            match c {
-                Control::Store(m) => calls::store(&consumer, &m),
-                Control::CommitStored => calls::commit_stored(&consumer),
-                Control::Commit { marks, sync } => calls::commit(&consumer, &marks, sync),
-                Control::Pause { parts, by } => calls::set_paused(&consumer, paused, parts, &by),
-                // Stopping: nothing is read again.
-                Control::ReadAgain(_) => {}
-            }
-        }
-    };
     // The sinks finish what they hold (or say why they failed) before anything is committed.
     let sinks_done = match &outcome {
         Ok(Some(_)) => None,
         _ => Some(flatten(sink_task.await)),
     };
-    // What the sinks made durable last is stored before the final commit.
-    drain_control(&mut control_rx, &mut paused);
     match (outcome, sinks_done) {
         (Ok(Some(sinks)), _) => sinks.and(Err(anyhow::anyhow!("the sinks stopped"))),
         (Err(e), Some(Err(sinks))) => {
@@ -270,9 +262,6 @@ async fn control<R: SchemaResolver>(
     telemetry: &Telemetry,
 ) -> anyhow::Result<()> {
     match c {
-        Control::Store(m) => calls::store(consumer, &m),
-        Control::CommitStored => calls::commit_stored(consumer),
-        Control::Commit { marks, sync } => calls::commit(consumer, &marks, sync),
         Control::Pause { parts, by } => calls::set_paused(consumer, paused, parts, &by),
         Control::ReadAgain(due) => rewind(consumer, decoder, pending, tx, telemetry, due).await?,
     }

@@ -14,9 +14,28 @@ fn part(p: i32) -> TopicPartition {
     TopicPartition::new("t", p)
 }
 
+/// What the loop stored and committed, as the consumer would have been told.
+enum Recorded {
+    Store(Vec<Mark>),
+    CommitStored,
+}
+
+struct Recorder(mpsc::UnboundedSender<Recorded>);
+
+impl Offsets for Recorder {
+    fn store(&self, marks: &[Mark]) {
+        let _ = self.0.send(Recorded::Store(marks.to_vec()));
+    }
+    fn commit_stored(&self) {
+        let _ = self.0.send(Recorded::CommitStored);
+    }
+    fn commit(&self, _: &[Mark], _: bool) {}
+}
+
 struct Harness {
     tx: mpsc::Sender<ToSinks>,
-    control: mpsc::UnboundedReceiver<Control>,
+    recorded: mpsc::UnboundedReceiver<Recorded>,
+    _control: mpsc::UnboundedReceiver<Control>,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
     /// The last offset stored per partition, and every partition stored after a point.
     stored: HashMap<TopicPartition, i64>,
@@ -29,11 +48,13 @@ fn start(sinks: Vec<MemorySink>) -> (Harness, Vec<Arc<Mutex<MemoryState>>>) {
     let boxed: Vec<Box<dyn Sink>> = sinks.into_iter().map(|s| Box::new(s) as _).collect();
     let (tx, rx) = mpsc::channel(2);
     let (ctl, control) = mpsc::unbounded_channel();
+    let (rec, recorded) = mpsc::unbounded_channel();
     let telemetry = Arc::new(Telemetry::new(&names, None));
-    let task = tokio::spawn(run(boxed, rx, ctl, telemetry));
+    let task = tokio::spawn(run(boxed, rx, (ctl, Box::new(Recorder(rec))), telemetry));
     let h = Harness {
         tx,
-        control,
+        recorded,
+        _control: control,
         task,
         stored: HashMap::new(),
         commits: 0,
@@ -59,16 +80,15 @@ impl Harness {
     async fn settle(&mut self) -> Vec<TopicPartition> {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let mut stored_now = Vec::new();
-        while let Ok(c) = self.control.try_recv() {
-            match c {
-                Control::Store(marks) => {
+        while let Ok(r) = self.recorded.try_recv() {
+            match r {
+                Recorded::Store(marks) => {
                     for m in marks {
                         stored_now.push(m.part.clone());
                         self.stored.insert(m.part, m.offset);
                     }
                 }
-                Control::CommitStored => self.commits += 1,
-                _ => {}
+                Recorded::CommitStored => self.commits += 1,
             }
         }
         stored_now
