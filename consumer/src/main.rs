@@ -22,14 +22,14 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use lakesink_config::{Config, LogFormat, PayloadIds, RecordFormat};
-use lakesink_model::{Classify, Fault, System};
+use lakesink_model::{Backoff, Classify, Fault, System, retrying};
 use lakesink_schema_registry::{
     CachedResolver, ChangeError, FixedResolver, Format, HttpRegistry, IdKind,
 };
 use lakesink_writers::ReplicaError;
 use lakesink_writers::parquet::{ParquetWriter, RawError, RawSink};
 use lakesink_writers::postgres::{Rejects, ReplicaSink};
-use lakesink_writers::sink::{Sink, SinkError};
+use lakesink_writers::sink::{Meter, Sink, SinkError};
 
 use dead_letter::DeadLetters;
 use telemetry::alerts::Alerter;
@@ -178,8 +178,17 @@ async fn run(config: &Config, telemetry: Arc<Telemetry>) -> anyhow::Result<()> {
         let rejects = dead
             .clone()
             .map(|d| Arc::new(dead_letter::ReplicaRejects(d)) as Arc<dyn Rejects>);
-        let replica =
-            ReplicaSink::connect(r, &config.kafka.group_id, telemetry.clone(), rejects).await?;
+        // An unreachable replica at start is waited for like any outage (a database
+        // restarting with lakesink, a busy server); a refusal stops the run.
+        let meter: Arc<dyn Meter> = telemetry.clone();
+        let replica = retrying(
+            Backoff::DEFAULT,
+            &*telemetry,
+            Some(REPLICA),
+            "connecting to the replica",
+            || ReplicaSink::connect(r, &config.kafka.group_id, meter.clone(), rejects.clone()),
+        )
+        .await?;
         enabled.push(Box::new(replica));
     }
     let sinks = (enabled, telemetry);

@@ -3,6 +3,8 @@
 //! `common` runs the binary: a config per test, runs killed at failpoints, a clean run to the
 //! end, and what the raw layer holds.
 
+// Shared with the outage tests' binary.
+#[path = "../common/mod.rs"]
 mod common;
 
 mod check;
@@ -10,11 +12,9 @@ mod dead_letter;
 mod non_data;
 mod raw;
 mod raw_headers;
-mod raw_outage;
 mod replay;
 mod replay_debezium;
 mod replica;
-mod replica_restart;
 mod schema_ids;
 mod security;
 mod service;
