@@ -51,6 +51,7 @@ async fn raw_state(run: &Run) -> Option<(String, String)> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_object_store_outage_stops_neither_the_replica_nor_loses_a_record() {
+    let _alone = crate::ALONE.lock().await;
     let stack = Stack::from_env();
     let topic = unique("store-outage");
     let (partitions, count) = (2, 20_000);

@@ -52,6 +52,7 @@ impl Drop for Down {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_replica_restart_mid_stream_loses_nothing() {
+    let _alone = crate::ALONE.lock().await;
     let stack = Stack::from_env();
     let topic = unique("replica-restart");
     let (partitions, count) = (2, 40_000);
