@@ -112,12 +112,9 @@ impl OffsetTracker {
         self.parts.get(part).is_some_and(|p| p.consumed.is_some())
     }
 
-    /// Where each partition was read to.
-    pub(crate) fn consumed_all(&self) -> HashMap<TopicPartition, i64> {
-        self.parts
-            .iter()
-            .filter_map(|(k, p)| Some((k.clone(), p.consumed?)))
-            .collect()
+    /// Where a partition was read to.
+    pub(crate) fn consumed_at(&self, part: &TopicPartition) -> Option<i64> {
+        self.parts.get(part)?.consumed
     }
 
     /// Where sink `sink` was given each partition up to: what was read, or its floor when

@@ -115,7 +115,7 @@ pub(crate) async fn run(
                 }
                 Some(ToSinks::Started { part, floors }) => tracker.started(&part, floors),
                 Some(ToSinks::Rewound(part, from)) => {
-                    let before = tracker.consumed_all().get(&part).copied();
+                    let before = tracker.consumed_at(&part);
                     let outcomes: Vec<_> =
                         sinks.iter_mut().map(|s| s.rewound(&part, from, before)).collect();
                     let again = tracker.rewound(&part, from, &outcomes);
