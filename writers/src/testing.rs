@@ -27,8 +27,9 @@ pub struct MemoryState {
     pub non_data: usize,
     /// Revoked partitions, in order.
     pub revoked: Vec<TopicPartition>,
-    /// What it answers to a seek back (default: it held on, `Skip`).
-    pub rewound: Option<Rewound>,
+    /// Partitions it let go of, with the first offset it does not hold: it answers a seek
+    /// back to there or earlier with `From`, and takes the partition again.
+    pub out: HashMap<TopicPartition, i64>,
 }
 
 /// A sink in memory: what it is given becomes durable at its next event, unless stalled.
@@ -84,6 +85,10 @@ impl Sink for MemorySink {
                         st.non_data += 1;
                     }
                     let part = TopicPartition::new(b.topic.clone(), b.partition);
+                    // It let go of the partition: it takes none of its records.
+                    if st.out.contains_key(&part) {
+                        continue;
+                    }
                     st.pending.entry(part).or_default().extend(offsets(b));
                 }
                 Ok(())
@@ -122,20 +127,24 @@ impl Sink for MemorySink {
     }
 
     fn pending_start(&self, part: &TopicPartition) -> Option<i64> {
-        self.lock()
-            .pending
-            .get(part)
-            .and_then(|p| p.first().copied())
+        let st = self.lock();
+        let pending = st.pending.get(part).and_then(|p| p.first().copied());
+        match (pending, st.out.get(part)) {
+            (Some(a), Some(&b)) => Some(a.min(b)),
+            (a, b) => a.or(b.copied()),
+        }
     }
 
-    fn rewound(&mut self, part: &TopicPartition, _: i64, _: Option<i64>) -> Rewound {
+    fn rewound(&mut self, part: &TopicPartition, from: i64, _: Option<i64>) -> Rewound {
         let mut st = self.lock();
-        let answer = st.rewound.take().unwrap_or(Rewound::Skip);
-        if let Rewound::From(_) = answer {
-            // It had let go: what it held pending is gone.
-            st.pending.remove(part);
+        match st.out.get(part).copied() {
+            Some(r) if r >= from => {
+                st.out.remove(part);
+                Rewound::From(r)
+            }
+            Some(r) => Rewound::Again(r),
+            None => Rewound::Skip,
         }
-        answer
     }
 
     fn revoke(&mut self, part: &TopicPartition) {

@@ -236,3 +236,44 @@ async fn floors_and_seeks_back_give_each_sink_each_record_once() {
     assert_eq!(durable(&st[0], 0), (0..15).collect::<Vec<_>>());
     assert_eq!(durable(&st[1], 0), (3..15).collect::<Vec<_>>());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_sink_that_let_go_takes_the_partition_again_from_where_it_did() {
+    let (mut h, st) = start(vec![
+        MemorySink::new("a", true),
+        MemorySink::new("b", false),
+    ]);
+    lock(&st[1]).stalled = true;
+    h.send(ToSinks::Started {
+        part: part(0),
+        floors: vec![None, None],
+    })
+    .await;
+    h.batches(0, 0..10).await;
+    h.settle().await;
+    // b lets go of what it held (its store went away) and takes nothing meanwhile.
+    {
+        let mut b = lock(&st[1]);
+        b.pending.clear();
+        b.out.insert(part(0), 0);
+        b.stalled = false;
+    }
+    h.batches(0, 10..12).await;
+    h.settle().await;
+    assert_eq!(h.stored.get(&part(0)), Some(&0), "b holds nothing from 0");
+    // The consuming side reads it again from 0, as b would ask.
+    h.send(ToSinks::Rewound(part(0), 0)).await;
+    h.batches(0, 0..12).await;
+    h.settle().await;
+    assert_eq!(
+        durable(&st[0], 0),
+        (0..12).collect::<Vec<_>>(),
+        "a: each record once"
+    );
+    assert_eq!(
+        durable(&st[1], 0),
+        (0..12).collect::<Vec<_>>(),
+        "b: all again, once"
+    );
+    assert_eq!(h.stored.get(&part(0)), Some(&12));
+}
