@@ -6,7 +6,7 @@ pub mod fault;
 pub mod retry;
 
 pub use fault::{Classify, Fault, System};
-pub use retry::{Backoff, Observe, Quiet, Retry, retrying};
+pub use retry::{Backoff, Observe, Retry, retrying};
 
 use std::sync::Arc;
 

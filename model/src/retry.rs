@@ -58,14 +58,6 @@ pub trait Observe: Send + Sync {
     }
 }
 
-/// Observes nothing: for callers without telemetry.
-pub struct Quiet;
-
-impl Observe for Quiet {
-    fn retrying(&self, _: Option<&'static str>, _: System, _: &str) {}
-    fn recovered(&self, _: Option<&'static str>, _: System) {}
-}
-
 /// Runs `op` until it succeeds or fails with anything but an unavailable system; `what` names
 /// the call in the log.
 pub async fn retrying<T, E, Fut>(
@@ -157,6 +149,14 @@ mod tests {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             write!(f, "{:?}", self.0)
         }
+    }
+
+    /// Observes nothing.
+    struct Quiet;
+
+    impl Observe for Quiet {
+        fn retrying(&self, _: Option<&'static str>, _: System, _: &str) {}
+        fn recovered(&self, _: Option<&'static str>, _: System) {}
     }
 
     #[derive(Default)]

@@ -108,7 +108,7 @@ pub trait Sink: Send {
 }
 
 /// What sinks count beyond retries ([`Observe`]): the service's metrics implement it; replay
-/// and tests count nothing. Every hook defaults to nothing.
+/// counts nothing. Every hook defaults to nothing.
 pub trait Meter: Observe {
     /// A raw-layer segment uploaded: how long since it was sealed, and its files' sizes.
     fn raw_uploaded(&self, sealed: Duration, file_sizes: &[u64]) {
@@ -131,16 +131,6 @@ pub trait Meter: Observe {
         let _ = partitions;
     }
 }
-
-/// Counts nothing.
-pub struct NoMeter;
-
-impl Observe for NoMeter {
-    fn retrying(&self, _: Option<&'static str>, _: lakesink_model::System, _: &str) {}
-    fn recovered(&self, _: Option<&'static str>, _: lakesink_model::System) {}
-}
-
-impl Meter for NoMeter {}
 
 /// One committed replica transaction, for the metrics.
 pub struct Committed<'a> {
@@ -258,12 +248,6 @@ impl Classify for SinkError {
     }
 }
 
-/// Raises a partition's floor to `to` (never lowers it).
-pub fn raise_floor(floors: &mut HashMap<TopicPartition, i64>, part: &TopicPartition, to: i64) {
-    let floor = floors.entry(part.clone()).or_insert(to);
-    *floor = (*floor).max(to);
-}
-
 /// The rows of `batch` at or above `floor` (rows are in offset order); None when none is.
 pub fn skip_below(batch: &ChangeBatch, floor: i64) -> Option<ChangeBatch> {
     use arrow_array::cast::AsArray;
@@ -323,16 +307,5 @@ mod tests {
         assert_eq!((cut.first_offset, cut.last_offset), (15, 19));
         assert_eq!(cut.rows.num_rows(), 5);
         assert!(skip_below(&b, 20).is_none());
-    }
-
-    #[test]
-    fn a_floor_only_rises() {
-        let mut floors = HashMap::new();
-        let p = TopicPartition::new("t", 0);
-        raise_floor(&mut floors, &p, 10);
-        raise_floor(&mut floors, &p, 5);
-        assert_eq!(floors.get(&p), Some(&10));
-        raise_floor(&mut floors, &p, 12);
-        assert_eq!(floors.get(&p), Some(&12));
     }
 }
