@@ -50,6 +50,10 @@ enum Kind {
 }
 
 /// The typed table: its columns (after `id int PRIMARY KEY`) and how each compares.
+/// One MariaDB connector at a time: each snapshot takes the server's global read lock and
+/// reads every table's schema, so two at once can hold each other past the topic wait.
+static ONE_CONNECTOR: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 const COLUMNS: &[(&str, &str, Kind)] = &[
     ("ti", "tinyint", Kind::Text),
     ("tiu", "tinyint unsigned", Kind::Text),
@@ -405,6 +409,7 @@ impl MariaDb {
 
 #[tokio::test]
 async fn every_mariadb_type_reaches_the_replica_and_the_raw_layer() {
+    let _one = ONE_CONNECTOR.lock().await;
     let stack = Stack::from_env();
     let db = MariaDb::new(&stack);
     let name = unique("maria");
@@ -639,6 +644,7 @@ async fn every_mariadb_type_reaches_the_replica_and_the_raw_layer() {
 /// setting the spans reach the replica exactly.
 #[tokio::test]
 async fn flattened_mariadb_records_name_their_connector_by_setting() {
+    let _one = ONE_CONNECTOR.lock().await;
     let stack = Stack::from_env();
     let db = MariaDb::new(&stack);
     let table = unique("maria_flat");

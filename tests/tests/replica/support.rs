@@ -252,7 +252,12 @@ impl Capture {
                     .then_some(())
             })
             .await;
-            assert!(found.is_some(), "topic {topic} did not appear within 60 s");
+            if found.is_none() {
+                panic!(
+                    "topic {topic} did not appear within 60 s; {}",
+                    connector_status(&self.http, &self.url()).await
+                );
+            }
         }
         let consumer: StreamConsumer = ClientConfig::new()
             .set("bootstrap.servers", &self.stack.kafka_brokers)
