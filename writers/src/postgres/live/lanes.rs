@@ -30,20 +30,13 @@ struct Lane {
 }
 
 /// When a lane counts as stuck: its transaction has run at least `after` while at least
-/// `rows` rows or `bytes` bytes wait behind it.
+/// `rows` rows or `bytes` bytes wait behind it, or behind it and the lanes not stuck
+/// together (see `Lanes::stuck_lanes`).
 #[derive(Clone, Copy)]
 pub(crate) struct Stuck {
     pub rows: usize,
     pub bytes: usize,
     pub after: Duration,
-}
-
-impl Lane {
-    fn stuck(&self, s: Stuck, now: Instant) -> bool {
-        self.running_since
-            .is_some_and(|t| now.saturating_duration_since(t) >= s.after)
-            && (self.rows >= s.rows || self.bytes >= s.bytes)
-    }
 }
 
 impl Lanes {
@@ -88,18 +81,58 @@ impl Lanes {
             .fold((0, 0), |(r, b), l| (r + l.rows, b + l.bytes))
     }
 
+    /// Which lanes are stuck. A lane is when its transaction has run `after` or longer with
+    /// `rows`/`bytes` waiting behind it; and when such long-running lanes together have that
+    /// much waiting, so is each of them: else two lanes each under the bound, behind a
+    /// database that is down, would hold everything.
+    fn stuck_lanes(&self, s: Stuck, now: Instant) -> Vec<bool> {
+        let slow = |l: &Lane| {
+            l.running_since
+                .is_some_and(|t| now.saturating_duration_since(t) >= s.after)
+        };
+        let mut stuck: Vec<bool> = self
+            .lanes
+            .iter()
+            .map(|l| slow(l) && (l.rows >= s.rows || l.bytes >= s.bytes))
+            .collect();
+        // What waits behind the other long-running transactions; an idle lane's work starts.
+        let behind: Vec<bool> = self
+            .lanes
+            .iter()
+            .zip(&stuck)
+            .map(|(l, &stuck)| !stuck && slow(l) && l.rows > 0)
+            .collect();
+        let (rows, bytes) = self
+            .lanes
+            .iter()
+            .zip(&behind)
+            .filter(|(_, behind)| **behind)
+            .fold((0, 0), |(r, b), (l, _)| (r + l.rows, b + l.bytes));
+        if rows >= s.rows || bytes >= s.bytes {
+            for (stuck, behind) in stuck.iter_mut().zip(behind) {
+                *stuck |= behind;
+            }
+        }
+        stuck
+    }
+
+    fn flowing(&self, stuck: &[bool]) -> (usize, usize) {
+        self.lanes
+            .iter()
+            .zip(stuck)
+            .filter(|(_, stuck)| !**stuck)
+            .fold((0, 0), |(r, b), (l, _)| (r + l.rows, b + l.bytes))
+    }
+
     /// Rows and bytes waiting in lanes that are not stuck. A stuck lane's partitions are
     /// paused, so its own backlog grows only by what was fetched before the pause.
     pub(crate) fn pending_flowing(&self, stuck: Stuck, now: Instant) -> (usize, usize) {
-        self.lanes
-            .iter()
-            .filter(|l| !l.stuck(stuck, now))
-            .fold((0, 0), |(r, b), l| (r + l.rows, b + l.bytes))
+        self.flowing(&self.stuck_lanes(stuck, now))
     }
 
     /// The partitions of every stuck lane: what a slow lane holds back.
     pub(crate) fn stuck(&self, stuck: Stuck, now: Instant) -> Vec<Part> {
-        let over: Vec<bool> = self.lanes.iter().map(|l| l.stuck(stuck, now)).collect();
+        let over = self.stuck_lanes(stuck, now);
         if !over.contains(&true) {
             return Vec::new();
         }
@@ -289,6 +322,41 @@ mod tests {
             lanes.stuck(at_once, now()).is_empty(),
             "its count went with the take"
         );
+    }
+
+    #[test]
+    fn lanes_each_under_the_bound_behind_a_stalled_database_are_stuck_together() {
+        let bound = Stuck {
+            rows: 10,
+            bytes: usize::MAX,
+            after: Duration::ZERO,
+        };
+        let now = Instant::now;
+        let mut lanes = Lanes::new(2);
+        lanes.push(batch("t", 0, 0..1));
+        lanes.push(batch("t", 1, 0..1));
+        lanes.take_ready();
+        // Six rows behind each running transaction: neither lane over ten alone, twelve
+        // together.
+        lanes.push(batch("t", 0, 1..7));
+        lanes.push(batch("t", 1, 1..7));
+        let mut held = lanes.stuck(bound, now());
+        held.sort();
+        assert_eq!(held, vec![Part::new("t", 0), Part::new("t", 1)]);
+        assert_eq!(
+            lanes.pending_flowing(bound, now()),
+            (0, 0),
+            "nothing holds the rest"
+        );
+        let patient = Stuck {
+            after: Duration::from_secs(60),
+            ..bound
+        };
+        assert!(
+            lanes.stuck(patient, now()).is_empty(),
+            "not running long enough"
+        );
+        assert_eq!(lanes.pending_flowing(patient, now()).0, 12);
     }
 
     #[test]
