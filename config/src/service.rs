@@ -21,6 +21,11 @@ pub struct ServiceConfig {
     /// was not made durable by then is read again on the next start.
     #[serde(default = "default_shutdown_timeout_ms")]
     pub shutdown_timeout_ms: u64,
+    /// How long every broker may be out of reach before `/health` fails (and an orchestrator
+    /// restarts the process). Consuming waits and retries the brokers meanwhile; the outage
+    /// is in `/status`, `lakesink_kafka_reachable` and an alert from the first 10 s.
+    #[serde(default = "default_kafka_grace_ms")]
+    pub kafka_grace_ms: u64,
 }
 
 impl Default for ServiceConfig {
@@ -29,6 +34,7 @@ impl Default for ServiceConfig {
             http_listen: default_http_listen(),
             log_format: LogFormat::default(),
             shutdown_timeout_ms: default_shutdown_timeout_ms(),
+            kafka_grace_ms: default_kafka_grace_ms(),
         }
     }
 }
@@ -67,6 +73,10 @@ fn default_http_listen() -> Option<SocketAddr> {
 
 fn default_shutdown_timeout_ms() -> u64 {
     30_000
+}
+
+fn default_kafka_grace_ms() -> u64 {
+    300_000
 }
 
 fn default_alert_min_interval_ms() -> u64 {

@@ -8,16 +8,17 @@ use lakesink_schema_registry::{
     ChangeBatch, ChangeDecoder, KafkaRecord, NonData, Route, Routes, SchemaResolver,
 };
 use rdkafka::client::OAuthToken;
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Headers};
 use rdkafka::statistics::Statistics;
 use rdkafka::{ClientConfig, ClientContext, Message};
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::kafka_auth::{self, KafkaAuth};
 use crate::telemetry::Telemetry;
-use crate::telemetry::metrics::{NonDataLabels, PartitionLabels};
+use crate::telemetry::metrics::NonDataLabels;
 
 /// Partitions taken away by the group, collected during `recv` and handled by the loop
 /// before it looks at the next message.
@@ -63,27 +64,78 @@ impl ClientContext for GroupContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
+        if let Some(all) = transport(&error) {
+            // Reported once per outage by the brokers' state, not once per attempt.
+            if let Some(t) = &self.telemetry {
+                t.brokers.unreachable(reason, all);
+            }
+            debug!(target: "lakesink::kafka", "librdkafka: {error}: {reason}");
+            return;
+        }
+        if matches!(
+            error.rdkafka_error_code(),
+            Some(RDKafkaErrorCode::UnknownTopicOrPartition)
+        ) {
+            // A subscribed pattern that matches no topic yet: Debezium makes topics with their
+            // first event. The consuming loop says so once.
+            debug!(target: "lakesink::kafka", "librdkafka: {error}: {reason}");
+            return;
+        }
         self.auth.report(&error, reason);
     }
 
-    /// librdkafka's statistics (every `statistics.interval.ms`): the lag of each partition.
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        forward_log(level, fac, log_message);
+    }
+
+    /// librdkafka's statistics (every `statistics.interval.ms`): each partition's end for
+    /// the lag, and whether a broker is up.
     fn stats(&self, stats: Statistics) {
         let Some(t) = &self.telemetry else { return };
+        if stats.brokers.values().any(|b| b.state == "UP") {
+            t.brokers.reachable();
+        }
         for (topic, st) in stats.topics {
             for (partition, p) in st.partitions {
-                // -1 is librdkafka's internal "unassigned" partition; lag -1 is unknown.
-                if partition < 0 || !p.desired || p.consumer_lag < 0 {
+                // -1 is librdkafka's internal "unassigned" partition.
+                if partition < 0 || !p.desired {
                     continue;
                 }
-                t.metrics
-                    .lag
-                    .get_or_create(&PartitionLabels {
-                        topic: topic.clone(),
-                        partition,
-                    })
-                    .set(p.consumer_lag);
+                // Under read_committed the end is the last stable offset.
+                let end = if p.ls_offset >= 0 {
+                    p.ls_offset
+                } else {
+                    p.hi_offset
+                };
+                t.partitions.end(&topic, partition, end, p.consumer_lag);
             }
         }
+    }
+}
+
+/// Whether `error` is a broker that cannot be reached: `Some(true)` when every one is down.
+pub(crate) fn transport(error: &KafkaError) -> Option<bool> {
+    use RDKafkaErrorCode::*;
+    match error.rdkafka_error_code() {
+        Some(AllBrokersDown) => Some(true),
+        Some(BrokerTransportFailure | Resolve) => Some(false),
+        _ => None,
+    }
+}
+
+/// librdkafka's log lines under lakesink's Kafka target. Connection failures are repeated on
+/// every reconnect attempt and summed up by the brokers' state: debug.
+pub(crate) fn forward_log(level: RDKafkaLogLevel, fac: &str, message: &str) {
+    use RDKafkaLogLevel::*;
+    let transport = matches!(fac, "FAIL" | "BROKERFAIL" | "CONNECT" | "RESOLVE");
+    match level {
+        _ if transport => debug!(target: "lakesink::kafka", "librdkafka {fac}: {message}"),
+        Emerg | Alert | Critical | Error => {
+            error!(target: "lakesink::kafka", "librdkafka {fac}: {message}")
+        }
+        Warning => warn!(target: "lakesink::kafka", "librdkafka {fac}: {message}"),
+        Notice | Info => info!(target: "lakesink::kafka", "librdkafka {fac}: {message}"),
+        Debug => debug!(target: "lakesink::kafka", "librdkafka {fac}: {message}"),
     }
 }
 
@@ -98,12 +150,7 @@ impl ConsumerContext for GroupContext {
                     .collect();
                 info!(?parts, "partitions revoked");
                 if let Some(t) = &self.telemetry {
-                    for (topic, partition) in &parts {
-                        t.metrics.lag.remove(&PartitionLabels {
-                            topic: topic.clone(),
-                            partition: *partition,
-                        });
-                    }
+                    t.partitions.revoked(&parts);
                 }
                 if let Ok(mut v) = self.revoked.0.lock() {
                     v.extend(parts);
@@ -118,6 +165,7 @@ impl ConsumerContext for GroupContext {
                 info!(?parts, "partitions assigned");
                 if let Some(t) = &self.telemetry {
                     t.status.set_assigned();
+                    t.partitions.assigned(&parts);
                 }
             }
             Rebalance::Error(e) => warn!(error = %e, "rebalance error"),
@@ -149,8 +197,8 @@ pub(crate) fn subscribe(
         cc.set("group.instance.id", id);
     }
     if telemetry.is_some() {
-        // For the lag gauges.
-        cc.set("statistics.interval.ms", "5000");
+        // For the lag gauges, fresh within a second, and the brokers' state.
+        cc.set("statistics.interval.ms", "1000");
     }
     kafka_auth::configure(config, &mut cc)?;
     for (k, v) in &config.properties {

@@ -15,7 +15,9 @@ mod sinks;
 mod tail;
 mod telemetry;
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -87,28 +89,45 @@ enum Command {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> ExitCode {
+    match start().await {
+        Ok(code) => code,
+        Err(e) => {
+            // One line, each cause once, no backtrace: the error names what to do.
+            let text = describe(&e);
+            if tracing::dispatcher::has_been_set() {
+                tracing::error!("stopped: {text}");
+            } else {
+                eprintln!("error: {text}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn start() -> anyhow::Result<ExitCode> {
     let (path, tail) = match Cli::parse().command {
         Command::Run { config } => (config, None),
         Command::Tail(args) => (args.config.clone(), Some(args)),
         Command::Replay(args) => {
             init_logs(LogFormat::Human);
-            return replay::run(args).await;
+            return replay::run(args).await.map(|()| ExitCode::SUCCESS);
         }
         Command::ImportConnect {
             files,
             output,
             brokers,
-        } => return import::run(&files, output.as_deref(), brokers),
+        } => return import::run(&files, output.as_deref(), brokers).map(|()| ExitCode::SUCCESS),
         Command::Check {
             config,
             source_connectors,
         } => {
             init_logs(LogFormat::Human);
-            if check::run(&config, &source_connectors).await {
-                return Ok(());
-            }
-            std::process::exit(1);
+            return Ok(if check::run(&config, &source_connectors).await {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            });
         }
     };
     let config = Config::load(&path).with_context(|| format!("loading {}", path.display()));
@@ -121,15 +140,16 @@ async fn main() -> anyhow::Result<()> {
     lakesink_writers::failpoint::arm(lakesink_config::failpoints_from_env())?;
     if let Some(args) = tail {
         let format = record_format(&config)?;
-        return match format {
+        match format {
             format @ Format::Avro { .. } => {
                 let registry =
                     CachedResolver::new(HttpRegistry::new(registry::config(&config.registry)?)?);
-                tail::run(&config.kafka, &args, registry, format).await
+                tail::run(&config.kafka, &args, registry, format).await?;
             }
             // JSON records carry or infer their schemas: no registry is asked.
-            format => tail::run(&config.kafka, &args, FixedResolver::new(), format).await,
-        };
+            format => tail::run(&config.kafka, &args, FixedResolver::new(), format).await?,
+        }
+        return Ok(ExitCode::SUCCESS);
     }
     let mut names = Vec::new();
     if config.raw.is_some() {
@@ -147,7 +167,14 @@ async fn main() -> anyhow::Result<()> {
         Some(a) => Some(Alerter::start(a, &config.kafka.group_id)?),
         None => None,
     };
-    let telemetry = Arc::new(Telemetry::new(&names, alerter));
+    let setup = telemetry::Setup {
+        sinks: &names,
+        group: &config.kafka.group_id,
+        brokers: &config.kafka.brokers,
+        kafka_grace: Duration::from_millis(config.service.kafka_grace_ms),
+    };
+    let telemetry = Arc::new(Telemetry::new(&setup, alerter));
+    telemetry.start_clock();
     if let Some(addr) = config.service.http_listen {
         telemetry::http::serve(addr, telemetry.clone()).await?;
     }
@@ -159,7 +186,26 @@ async fn main() -> anyhow::Result<()> {
             a.flush(Duration::from_secs(10)).await;
         }
     }
-    result
+    result.map(|()| ExitCode::SUCCESS)
+}
+
+/// An error and its causes on one line, each said once: a cause whose text the layer above
+/// already includes is left out.
+fn describe(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    let mut last = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || last.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+        last = text;
+    }
+    out
 }
 
 async fn run(config: &Config, telemetry: Arc<Telemetry>) -> anyhow::Result<()> {
@@ -247,10 +293,12 @@ fn blame(e: &anyhow::Error) -> (Option<&'static str>, Component) {
 }
 
 fn init_logs(format: LogFormat) {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    // sqlx logs the server's notices (`relation … already exists, skipping`) at INFO.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "info,sqlx::postgres::notice=warn".into());
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         // Above the replay's progress bar, when one is drawn.
         .with_writer(progress::LogWriter);
     match format {
@@ -283,4 +331,37 @@ fn record_format(config: &Config) -> anyhow::Result<Format> {
             check_artifacts: config.registry.check_artifacts,
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::describe;
+
+    /// An error whose text includes its source's, as many crates' errors do.
+    #[derive(Debug)]
+    struct Repeats(std::io::Error);
+
+    impl std::fmt::Display for Repeats {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "connecting to the replica: {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Repeats {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn an_error_says_each_cause_once() {
+        let e = anyhow::Error::new(Repeats(std::io::Error::other("connection refused")))
+            .context("starting");
+        assert_eq!(
+            describe(&e),
+            "starting: connecting to the replica: connection refused"
+        );
+        let e = anyhow::Error::new(std::io::Error::other("denied")).context("reading /etc/x");
+        assert_eq!(describe(&e), "reading /etc/x: denied");
+    }
 }

@@ -61,6 +61,9 @@ struct Partition {
     metadata_dirty: bool,
 }
 
+/// A partition, the offset after the last record consumed, and each sink's durable point.
+pub(crate) type Position = (TopicPartition, Option<i64>, Vec<Option<i64>>);
+
 pub(crate) struct OffsetTracker {
     sinks: usize,
     /// The sink whose own point rides in the commit's metadata when it is ahead (with other
@@ -238,6 +241,15 @@ impl OffsetTracker {
         self.parts
             .iter()
             .filter_map(|(k, p)| Some((k.clone(), p.points.get(sink).copied().flatten()?)))
+            .collect()
+    }
+
+    /// Per partition: the offset after the last record consumed, and each sink's point as
+    /// last computed (for `/status` and the lag gauges).
+    pub(crate) fn positions(&self) -> Vec<Position> {
+        self.parts
+            .iter()
+            .map(|(k, p)| (k.clone(), p.consumed, p.points.clone()))
             .collect()
     }
 

@@ -104,6 +104,7 @@ pub(crate) async fn run(
                 for (i, s) in sinks.iter_mut().enumerate() {
                     s.durable(&tracker.points(i), false).await;
                 }
+                driver.telemetry.partitions.positions(&tracker.positions());
             }
             item = items.recv(), if !full => match item {
                 None | Some(ToSinks::Stop) => break,

@@ -13,13 +13,14 @@ use std::time::Duration;
 use anyhow::Context;
 use futures::FutureExt;
 use lakesink_config::KafkaConfig;
+use lakesink_model::Backoff;
 use lakesink_schema_registry::{ChangeDecoder, Format, SchemaResolver};
 use lakesink_writers::sink::{Resume, Sink, TopicPartition};
 use rdkafka::Message;
 use rdkafka::Offset;
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::mpsc;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::dead_letter::DeadLetters;
 use crate::headers::HeaderLog;
@@ -35,6 +36,14 @@ mod pending;
 const CHANNEL_ITEMS: usize = 2;
 /// Records taken in a row without looking at signals, the sinks and the idle timer.
 const STREAK: usize = 256;
+/// How the consumer waits after an error librdkafka recovers from by itself (brokers out of
+/// reach, no topic yet): librdkafka reconnects meanwhile; the wait keeps the loop from
+/// spinning on its reports.
+const KAFKA_WAIT: Backoff = Backoff {
+    first: Duration::from_millis(200),
+    max: Duration::from_secs(5),
+    attempts: None,
+};
 
 /// A sink's resume lookup, and whether its point rides in the commit's metadata.
 struct Resumer {
@@ -85,6 +94,12 @@ pub(crate) async fn run<R: SchemaResolver>(
     let mut idle = tokio::time::interval(FLUSH_IDLE);
     idle.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut streak = 0;
+    // Kafka's errors: the waits after them, whether the ones queued meanwhile are being
+    // drained (no wait each), whether any came since the last record.
+    let mut waits = None;
+    let mut draining = false;
+    let mut erring = false;
+    let mut told_no_topic = false;
     let outcome: anyhow::Result<Option<anyhow::Result<()>>> = async {
         loop {
             let parts = revoked.take();
@@ -121,16 +136,15 @@ pub(crate) async fn run<R: SchemaResolver>(
                 None
             };
             streak = if ready.is_some() { streak + 1 } else { 0 };
+            if ready.is_none() {
+                draining = false;
+            }
             let next = if let Some(next) = ready {
                 next
             } else {
                 tokio::select! {
                 biased;
-                _ = int.recv() => {
-                    shutdown_deadline(shutdown_timeout);
-                    break;
-                }
-                _ = term.recv() => {
+                _ = stop_signal(&mut int, &mut term) => {
                     shutdown_deadline(shutdown_timeout);
                     break;
                 }
@@ -151,11 +165,44 @@ pub(crate) async fn run<R: SchemaResolver>(
             };
             match next {
                 Err(e) if kafka::is_transient(&e) => {
-                    telemetry.metrics.retry(Component::Kafka.as_str());
-                    warn!(error = %e, "consumer: waiting");
+                    erring = true;
+                    match kafka::transport(&e) {
+                        Some(all) => telemetry.brokers.unreachable(&e.to_string(), all),
+                        None if !told_no_topic => {
+                            told_no_topic = true;
+                            warn!(subscription = %subscription(config), error = %e,
+                                "no subscribed topic is in the cluster yet (Debezium creates a \
+                                 table's topic with its first event); waiting for one");
+                        }
+                        None => debug!(error = %e, "consumer: waiting"),
+                    }
+                    if !draining {
+                        hand_over(&mut decoder, &mut pending, &tx, &telemetry).await?;
+                        telemetry.metrics.retry(Component::Kafka.as_str());
+                        let wait = waits
+                            .get_or_insert_with(|| KAFKA_WAIT.delays())
+                            .next()
+                            .unwrap_or(KAFKA_WAIT.max);
+                        tokio::select! {
+                            biased;
+                            _ = stop_signal(&mut int, &mut term) => {
+                                shutdown_deadline(shutdown_timeout);
+                                break;
+                            }
+                            done = &mut sink_task => return Ok(Some(flatten(done))),
+                            _ = tokio::time::sleep(wait) => {}
+                        }
+                        // What was reported meanwhile is read at once.
+                        draining = true;
+                    }
                 }
                 Err(e) => return Err(e).context("consuming"),
                 Ok(msg) => {
+                    if erring {
+                        erring = false;
+                        waits = None;
+                        telemetry.brokers.reachable();
+                    }
                     if !pending.is_started(msg.topic(), msg.partition()) {
                         let part = TopicPartition::new(msg.topic(), msg.partition());
                         pending
@@ -211,6 +258,21 @@ pub(crate) async fn run<R: SchemaResolver>(
         (Ok(None), None) => Ok(()),
     }?;
     calls::commit_final(&consumer).context("committing offsets on shutdown")
+}
+
+/// SIGINT or SIGTERM.
+async fn stop_signal(int: &mut Signal, term: &mut Signal) {
+    tokio::select! {
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+    }
+}
+
+fn subscription(config: &KafkaConfig) -> String {
+    match &config.topics_regex {
+        Some(regex) => regex.clone(),
+        None => config.topics.join(","),
+    }
 }
 
 fn flatten(done: Result<anyhow::Result<()>, tokio::task::JoinError>) -> anyhow::Result<()> {
@@ -340,8 +402,7 @@ fn shutdown_deadline(timeout: Duration) {
                      and what was not durable is read again on the next start");
                 std::process::exit(2);
             }
-            _ = int.recv() => {}
-            _ = term.recv() => {}
+            _ = stop_signal(&mut int, &mut term) => {}
         }
         warn!("second signal: exiting without flushing");
         std::process::exit(130);

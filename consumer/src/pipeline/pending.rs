@@ -20,7 +20,7 @@ use crate::headers::HeaderLog;
 use crate::kafka;
 use crate::sinks::ToSinks;
 use crate::telemetry::Telemetry;
-use crate::telemetry::metrics::TopicLabels;
+use crate::telemetry::metrics::{LookupLabels, TopicLabels};
 
 /// Hand decoded rows to the sinks after this many records, and at least this often. The
 /// interval is most of lakesink's share of the end-to-end latency at low rates; at high rates
@@ -106,10 +106,10 @@ pub(super) async fn hand_over<R: SchemaResolver>(
             .inc_by(std::mem::take(n));
     }
     let cache = decoder.cache_stats();
-    m.registry_cache_hits
-        .inc_by(cache.hits.saturating_sub(m.registry_cache_hits.get()));
-    m.registry_cache_misses
-        .inc_by(cache.misses.saturating_sub(m.registry_cache_misses.get()));
+    for (result, total) in [("hit", cache.hits), ("miss", cache.misses)] {
+        let c = m.registry_lookups.get_or_create(&LookupLabels { result });
+        c.inc_by(total.saturating_sub(c.get()));
+    }
     if pending.consumed.is_empty() && pending.batches.is_empty() {
         return Ok(());
     }

@@ -9,6 +9,7 @@ use lakesink_schema_registry::{NonData, ValueShape};
 use lakesink_writers::testing::{MemorySink, MemoryState, batch, lock};
 
 use super::*;
+use crate::telemetry::Setup;
 
 fn part(p: i32) -> TopicPartition {
     TopicPartition::new("t", p)
@@ -49,7 +50,13 @@ fn start(sinks: Vec<MemorySink>) -> (Harness, Vec<Arc<Mutex<MemoryState>>>) {
     let (tx, rx) = mpsc::channel(2);
     let (ctl, control) = mpsc::unbounded_channel();
     let (rec, recorded) = mpsc::unbounded_channel();
-    let telemetry = Arc::new(Telemetry::new(&names, None));
+    let setup = Setup {
+        sinks: &names,
+        group: "test",
+        brokers: "127.0.0.1:9",
+        kafka_grace: Duration::from_secs(300),
+    };
+    let telemetry = Arc::new(Telemetry::new(&setup, None));
     let task = tokio::spawn(run(boxed, rx, (ctl, Box::new(Recorder(rec))), telemetry));
     let h = Harness {
         tx,

@@ -1,4 +1,5 @@
-//! The operator's HTTP endpoint: `/metrics`, `/health`, `/ready`, `/status`.
+//! The operator's HTTP endpoint: `/metrics`, `/health`, `/ready`, `/status`, and the part of
+//! Kafka Connect's REST API that status tools read (`/connectors/<group>/status`).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -28,6 +29,7 @@ pub(crate) async fn serve(
         .await
         .with_context(|| format!("service.http-listen: binding {addr}"))?;
     let bound = listener.local_addr()?;
+    telemetry.status.set_port(bound.port());
     info!(address = %bound, "serving /metrics, /health, /ready and /status");
     tokio::spawn(async move {
         // A persistent accept error (out of file descriptors) must not spin a core: wait,
@@ -87,25 +89,70 @@ fn route(req: &Request<Incoming>, telemetry: &Telemetry) -> Response<Full<Bytes>
             );
             r
         }
-        "/health" if telemetry.status.healthy() => text(StatusCode::OK, "ok\n".into()),
-        "/health" => text(StatusCode::SERVICE_UNAVAILABLE, "a sink failed\n".into()),
+        "/health" => match telemetry.alive() {
+            Ok(()) => text(StatusCode::OK, "ok\n".into()),
+            Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
+        },
         "/ready" => match telemetry.status.ready() {
             Ok(()) => text(StatusCode::OK, "ready\n".into()),
             Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
         },
-        "/status" => {
-            let mut r = text(StatusCode::OK, telemetry.status.to_json().to_string());
-            r.headers_mut().insert(
-                hyper::header::CONTENT_TYPE,
-                hyper::header::HeaderValue::from_static("application/json"),
-            );
-            r
-        }
-        _ => text(
-            StatusCode::NOT_FOUND,
-            "try /metrics, /health, /ready or /status\n".into(),
-        ),
+        "/status" => json(StatusCode::OK, &telemetry.status_json()),
+        path => connect(path, req.uri().query(), telemetry).unwrap_or_else(|| {
+            text(
+                StatusCode::NOT_FOUND,
+                "try /metrics, /health, /ready, /status or /connectors/<group>/status\n".into(),
+            )
+        }),
     }
+}
+
+/// Kafka Connect's read-only status routes, the service as its one connector; errors in
+/// Connect's shape (`error_code`, `message`).
+fn connect(path: &str, query: Option<&str>, t: &Telemetry) -> Option<Response<Full<Bytes>>> {
+    let id = t.status.identity()?;
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let status = || t.status.to_connect_json();
+    let unknown = |what: &str| {
+        json(
+            StatusCode::NOT_FOUND,
+            &serde_json::json!({"error_code": 404, "message": format!("{what} not found")}),
+        )
+    };
+    Some(match parts.as_slice() {
+        [""] => json(
+            StatusCode::OK,
+            &serde_json::json!({"version": id.version, "commit": "", "kafka_cluster_id": ""}),
+        ),
+        ["connectors"] if query.is_some_and(|q| q.contains("expand=status")) => json(
+            StatusCode::OK,
+            &serde_json::json!({ id.name.as_str(): {"status": status()} }),
+        ),
+        ["connectors"] => json(StatusCode::OK, &serde_json::json!([id.name])),
+        ["connectors", name, ..] if *name != id.name => unknown(&format!("Connector {name}")),
+        ["connectors", _, "status"] => json(StatusCode::OK, &status()),
+        ["connectors", _, "tasks", task, "status"] => {
+            let s = status();
+            match task
+                .parse::<usize>()
+                .ok()
+                .and_then(|i| s["tasks"].get(i).cloned())
+            {
+                Some(task) => json(StatusCode::OK, &task),
+                None => unknown(&format!("Task {task}")),
+            }
+        }
+        _ => return None,
+    })
+}
+
+fn json(status: StatusCode, body: &serde_json::Value) -> Response<Full<Bytes>> {
+    let mut r = text(status, body.to_string());
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    r
 }
 
 fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {

@@ -7,7 +7,8 @@ use arrow_array::types::Int64Type;
 use lakesink_writers::sink::{Committed, Meter};
 
 use super::Telemetry;
-use super::metrics::{TableColumnLabels, TopicLabels};
+use super::metrics::{SinkLabels, TableColumnLabels, TopicLabels};
+use super::status::RAW;
 
 impl Meter for Telemetry {
     fn raw_uploaded(&self, sealed: Duration, file_sizes: &[u64]) {
@@ -16,6 +17,9 @@ impl Meter for Telemetry {
         for &size in file_sizes {
             m.raw_file_bytes.observe(size as f64);
         }
+        m.sink_bytes
+            .get_or_create(&SinkLabels { sink: RAW })
+            .inc_by(file_sizes.iter().sum());
     }
 
     fn raw_behind(&self, topic: &str) {

@@ -1,12 +1,11 @@
 //! The Prometheus metrics: one registry per process, rendered at `/metrics`.
 
-use std::sync::atomic::AtomicU64;
-
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -43,8 +42,48 @@ pub(crate) struct ComponentLabels {
     pub(crate) component: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct SinkStateLabels {
+    pub(crate) sink: &'static str,
+    pub(crate) state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct SinkLabels {
+    pub(crate) sink: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct SinkPartitionLabels {
+    pub(crate) sink: &'static str,
+    pub(crate) topic: String,
+    pub(crate) partition: i32,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct LookupLabels {
+    pub(crate) result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+}
+
+/// The components retries are counted for, each present from the start so that an
+/// `increase()` alert sees the first retry.
+const COMPONENTS: [&str; 4] = ["database", "registry", "object_store", "kafka"];
+
 pub(crate) struct Metrics {
     registry: Registry,
+    /// Each sink's state: 1 for the state it is in, 0 for the others.
+    pub(crate) sink_state: Family<SinkStateLabels, Gauge>,
+    /// 1 while the Kafka brokers answer, 0 during an outage.
+    pub(crate) kafka_reachable: Gauge,
+    /// Bytes a sink made durable (raw: Parquet file sizes).
+    pub(crate) sink_bytes: Family<SinkLabels, Counter>,
+    /// Records between what a sink made durable and the partition's end.
+    pub(crate) sink_lag: Family<SinkPartitionLabels, Gauge>,
     /// Records read from Kafka, rows and non-rows alike.
     pub(crate) consumed: Family<TopicLabels, Counter>,
     /// Rows made durable by a sink (files complete, transaction committed).
@@ -65,8 +104,8 @@ pub(crate) struct Metrics {
     pub(crate) dead_letters: Family<TopicLabels, Counter>,
     /// Records that are not rows (heartbeats, schema changes, …), by topic and kind.
     pub(crate) non_data: Family<NonDataLabels, Counter>,
-    pub(crate) registry_cache_hits: Counter<u64, AtomicU64>,
-    pub(crate) registry_cache_misses: Counter<u64, AtomicU64>,
+    /// Writer schema lookups: answered from the process's cache (`hit`) or the registry.
+    pub(crate) registry_lookups: Family<LookupLabels, Counter>,
     pub(crate) raw_rewinds: Family<TopicLabels, Counter>,
     /// Replica: values rounded to PostgreSQL's microseconds (SQL Server `datetimeoffset(7)`,
     /// nanosecond times and timestamps), by table and column.
@@ -76,8 +115,44 @@ pub(crate) struct Metrics {
 }
 
 impl Metrics {
-    pub(crate) fn new() -> Self {
-        let mut registry = Registry::with_prefix("lakesink");
+    pub(crate) fn new(sinks: &[&'static str]) -> Self {
+        let mut root = Registry::default();
+        // The conventional process_* names, without lakesink's prefix.
+        root.register_collector(Box::new(super::process::Process));
+        let registry = root.sub_registry_with_prefix("lakesink");
+        registry.register(
+            "build",
+            "The running lakesink's version",
+            Info::new(BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+            }),
+        );
+        let sink_state = Family::<SinkStateLabels, Gauge>::default();
+        registry.register(
+            "sink_state",
+            "Each sink's state (RUNNING, WAITING on a component, FAILED): 1 for the one it is in",
+            sink_state.clone(),
+        );
+        let kafka_reachable = Gauge::default();
+        registry.register(
+            "kafka_reachable",
+            "1 while the Kafka brokers answer, 0 during an outage",
+            kafka_reachable.clone(),
+        );
+        let sink_bytes = Family::<SinkLabels, Counter>::default();
+        registry.register_with_unit(
+            "sink",
+            "Bytes a sink made durable (raw: Parquet files visible in the store)",
+            Unit::Bytes,
+            sink_bytes.clone(),
+        );
+        let sink_lag = Family::<SinkPartitionLabels, Gauge>::default();
+        registry.register_with_unit(
+            "sink_lag",
+            "Records between what a sink made durable and the partition's end",
+            Unit::Other("records".into()),
+            sink_lag.clone(),
+        );
         let consumed = Family::<TopicLabels, Counter>::default();
         registry.register(
             "records_consumed",
@@ -91,9 +166,10 @@ impl Metrics {
             written.clone(),
         );
         let lag = Family::<PartitionLabels, Gauge>::default();
-        registry.register(
+        registry.register_with_unit(
             "consumer_lag",
-            "Records between the consumer's position and the partition's end",
+            "Records between the consumer's position and the partition's end (fresh within a second)",
+            Unit::Other("records".into()),
             lag.clone(),
         );
         let seconds = || Histogram::new(exponential_buckets(0.001, 2.0, 18));
@@ -156,17 +232,12 @@ impl Metrics {
              notification, signal), skipped or routed by [kafka.non-data]",
             non_data.clone(),
         );
-        let registry_cache_hits = Counter::default();
+        let registry_lookups = Family::<LookupLabels, Counter>::default();
         registry.register(
-            "registry_cache_hits",
-            "Writer schema lookups answered from the process's cache",
-            registry_cache_hits.clone(),
-        );
-        let registry_cache_misses = Counter::default();
-        registry.register(
-            "registry_cache_misses",
-            "Writer schema lookups that asked the schema registry",
-            registry_cache_misses.clone(),
+            "registry_cache_lookups",
+            "Writer schema lookups, answered from the process's cache (result=hit) or by asking \
+             the schema registry (result=miss)",
+            registry_lookups.clone(),
         );
         let raw_rewinds = Family::<TopicLabels, Counter>::default();
         registry.register(
@@ -190,8 +261,22 @@ impl Metrics {
              unchanged TOASTed column whose old row the replica did not hold",
             replica_values_unknown.clone(),
         );
+        // Present at zero from the start, so a rate() or an alert has a series to read.
+        for component in COMPONENTS {
+            drop(retries.get_or_create(&ComponentLabels { component }));
+        }
+        for result in ["hit", "miss"] {
+            drop(registry_lookups.get_or_create(&LookupLabels { result }));
+        }
+        for &sink in sinks {
+            drop(sink_bytes.get_or_create(&SinkLabels { sink }));
+        }
         Self {
-            registry,
+            registry: root,
+            sink_state,
+            kafka_reachable,
+            sink_bytes,
+            sink_lag,
             consumed,
             written,
             lag,
@@ -204,8 +289,7 @@ impl Metrics {
             retries,
             dead_letters,
             non_data,
-            registry_cache_hits,
-            registry_cache_misses,
+            registry_lookups,
             raw_rewinds,
             replica_values_rounded,
             replica_values_unknown,

@@ -100,6 +100,26 @@ async fn the_http_endpoint_reports_what_the_pipeline_did() {
     assert_eq!(v["sinks"]["raw"]["state"], "RUNNING", "{v}");
     assert_eq!(v["sinks"]["replica"]["state"], "RUNNING", "{v}");
     assert_eq!(v["assigned"], true, "{v}");
+    assert_eq!(v["name"], run.group.as_str(), "{v}");
+    assert_eq!(v["type"], "sink", "{v}");
+    assert_eq!(v["kafka"]["state"], "RUNNING", "{v}");
+
+    // Connect's own shape, for tools that read Connect's API: the sinks are its tasks.
+    let path = format!("/connectors/{}/status", run.group);
+    let (status, body) = http_get(run.http, &path)
+        .await
+        .expect("Connect status answers");
+    assert_eq!(status, 200, "{body}");
+    let c: serde_json::Value = serde_json::from_str(&body).expect("Connect status is JSON");
+    assert_eq!(c["name"], run.group.as_str(), "{c}");
+    assert_eq!(c["connector"]["state"], "RUNNING", "{c}");
+    let tasks = c["tasks"].as_array().expect("tasks");
+    assert_eq!(tasks.len(), 2, "{c}");
+    assert!(tasks.iter().all(|t| t["state"] == "RUNNING"), "{c}");
+    let (status, _) = http_get(run.http, "/connectors/another-group/status")
+        .await
+        .expect("answers");
+    assert_eq!(status, 404, "only this group's name is served");
 
     // Counters are exact; the lag gauges come with librdkafka's next statistics (5 s).
     let n = count as f64;
@@ -109,11 +129,32 @@ async fn the_http_endpoint_reports_what_the_pipeline_did() {
         (0..partitions).all(|p| {
             metric(
                 &m,
-                &format!("lakesink_consumer_lag{{topic=\"{t}\",partition=\"{p}\"}}"),
-            ) == Some(0.0)
+                &format!("lakesink_consumer_lag_records{{topic=\"{t}\",partition=\"{p}\"}}"),
+            ) == Some(0.0) && ["raw", "replica"].iter().all(|s| {
+                metric(
+                    &m,
+                    &format!(
+                        "lakesink_sink_lag_records{{sink=\"{s}\",topic=\"{t}\",partition=\"{p}\"}}"
+                    ),
+                ) == Some(0.0)
+            })
         })
     })
     .await;
+    // /status lists each assigned partition with every sink durable to its end.
+    let (_, body) = http_get(run.http, "/status").await.expect("/status");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("/status is JSON");
+    let listed = v["partitions"].as_array().expect("partitions");
+    assert_eq!(listed.len(), partitions as usize, "{v}");
+    for p in listed {
+        assert_eq!(p["topic"], t, "{v}");
+        assert_eq!(p["lag_records"], 0, "{v}");
+        assert_eq!(p["end_offset"], p["consumed_offset"], "{v}");
+        for sink in ["raw", "replica"] {
+            assert_eq!(p["sinks"][sink]["lag_records"], 0, "{sink}: {v}");
+            assert_eq!(p["sinks"][sink]["durable_offset"], p["end_offset"], "{v}");
+        }
+    }
     let (_, m) = http_get(run.http, "/metrics").await.expect("/metrics");
     let consumed = format!("lakesink_records_consumed_total{{topic=\"{t}\"}}");
     assert_eq!(metric(&m, &consumed), Some(n), "{m}");
@@ -143,13 +184,39 @@ async fn the_http_endpoint_reports_what_the_pipeline_did() {
         Some(n),
         "{m}"
     );
+    // What an operator alerts on: build, sink states, bytes, the process.
+    let version = env!("CARGO_PKG_VERSION");
+    let build = format!("lakesink_build_info{{version=\"{version}\"}}");
+    assert_eq!(metric(&m, &build), Some(1.0), "{m}");
+    for sink in ["raw", "replica"] {
+        let running = format!("lakesink_sink_state{{sink=\"{sink}\",state=\"RUNNING\"}}");
+        let failed = format!("lakesink_sink_state{{sink=\"{sink}\",state=\"FAILED\"}}");
+        assert_eq!(metric(&m, &running), Some(1.0), "{sink}: {m}");
+        assert_eq!(metric(&m, &failed), Some(0.0), "{sink}: {m}");
+    }
+    assert_eq!(metric(&m, "lakesink_kafka_reachable"), Some(1.0), "{m}");
+    assert!(
+        metric(&m, "lakesink_sink_bytes_total{sink=\"raw\"}").is_some_and(|b| b > 0.0),
+        "{m}"
+    );
+    assert!(
+        metric(&m, "process_resident_memory_bytes").is_some_and(|b| b > 0.0),
+        "{m}"
+    );
+    assert!(
+        metric(&m, "process_cpu_seconds_total").is_some_and(|s| s > 0.0),
+        "{m}"
+    );
     // One writer schema per side (key, value), each asked once and then cached.
     assert_eq!(
-        metric(&m, "lakesink_registry_cache_misses_total"),
+        metric(&m, "lakesink_registry_cache_lookups_total{result=\"miss\"}"),
         Some(2.0),
         "{m}"
     );
-    assert!(metric(&m, "lakesink_registry_cache_hits_total").is_some_and(|h| h >= 2.0 * n - 2.0));
+    assert!(
+        metric(&m, "lakesink_registry_cache_lookups_total{result=\"hit\"}")
+            .is_some_and(|h| h >= 2.0 * n - 2.0)
+    );
 
     sigterm(&child);
     assert!(child.wait().expect("wait").success());
@@ -191,48 +258,91 @@ async fn sigterm_flushes_open_files_and_commits() {
     assert_exactly_once(&got, &want);
 }
 
-/// An object store that accepts connections and never answers: the flush cannot finish,
-/// and the process still exits by the deadline, with nothing committed.
+/// A TCP forwarder in front of the object store that can be shut: after [`Gate::hold`] its
+/// open connections are cut and new ones are accepted and never answered.
+struct Gate {
+    addr: std::net::SocketAddr,
+    held: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    forwarding: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+}
+
+impl Gate {
+    async fn open(upstream: &str) -> Self {
+        use std::sync::atomic::Ordering;
+        let upstream = upstream
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_owned();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let gate = Self {
+            addr: listener.local_addr().expect("addr"),
+            held: Default::default(),
+            forwarding: Default::default(),
+        };
+        let (held, forwarding) = (gate.held.clone(), gate.forwarding.clone());
+        tokio::spawn(async move {
+            let mut silent = Vec::new();
+            while let Ok((mut client, _)) = listener.accept().await {
+                if held.load(Ordering::SeqCst) {
+                    silent.push(client);
+                    continue;
+                }
+                let upstream = upstream.clone();
+                let task = tokio::spawn(async move {
+                    if let Ok(mut server) = tokio::net::TcpStream::connect(&upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+                forwarding.lock().expect("lock").push(task);
+            }
+        });
+        gate
+    }
+
+    fn hold(&self) {
+        self.held.store(true, std::sync::atomic::Ordering::SeqCst);
+        for task in self.forwarding.lock().expect("lock").drain(..) {
+            task.abort();
+        }
+    }
+}
+
+/// The object store stops answering once every record is read: the flush on SIGTERM cannot
+/// finish, and the process still exits by the deadline, with nothing committed.
 #[tokio::test(flavor = "multi_thread")]
 async fn shutdown_gives_up_at_the_deadline() {
     let stack = Stack::from_env();
     let topic = unique("service-deadline");
     let (partitions, count) = (1, 2_000);
     produce(&stack, &topic, partitions, count).await;
-    let hole = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let hole_addr = hole.local_addr().expect("addr");
-    tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((s, _)) = hole.accept().await {
-            held.push(s);
-        }
-    });
+    let gate = Gate::open(&stack.s3_endpoint).await;
     let run = Run::new(stack.clone(), &topic, partitions, "flush-size = 1000000");
     let mut child = run.start_with(
         None,
         &[
             (
                 "LAKESINK__RAW__STORE__ENDPOINT",
-                &format!("http://{hole_addr}"),
+                &format!("http://{}", gate.addr),
             ),
             ("LAKESINK__SERVICE__SHUTDOWN_TIMEOUT_MS", "3000"),
         ],
     );
-    // The sinks block on the store's first request, and the consumer soon after them.
+    // Every record read and held in the open file (the flush size is never reached).
     let t = topic.clone();
+    let n = count as f64;
     wait_for("records read", 60, &run, async || {
         assert!(child.try_wait().expect("wait").is_none(), "lakesink exited");
         http_get(run.http, "/metrics").await.is_some_and(|(_, m)| {
             metric(
                 &m,
                 &format!("lakesink_records_consumed_total{{topic=\"{t}\"}}"),
-            )
-            .is_some_and(|n| n > 0.0)
+            ) == Some(n)
         })
     })
     .await;
+    gate.hold();
     let stopping = Instant::now();
     sigterm(&child);
     let status = child.wait().expect("wait");

@@ -1,5 +1,5 @@
 //! The object store goes down while lakesink writes both sinks: the raw layer lets go and
-//! reports PAUSED, the replica keeps applying every record, Kafka's offset stays at what the
+//! reports WAITING, the replica keeps applying every record, Kafka's offset stays at what the
 //! raw layer holds; when the store is back, the raw layer reads its partitions again and ends
 //! with every record exactly once. Its own test binary, so no other test uses the store while
 //! it is down.
@@ -106,7 +106,7 @@ async fn an_object_store_outage_stops_neither_the_replica_nor_loses_a_record() {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         let paused =
-            raw_state(&run).await == Some(("PAUSED".to_owned(), "object_store".to_owned()));
+            raw_state(&run).await == Some(("WAITING".to_owned(), "object_store".to_owned()));
         if paused && replica_applied().await == count {
             break;
         }
@@ -123,7 +123,7 @@ async fn an_object_store_outage_stops_neither_the_replica_nor_loses_a_record() {
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert_eq!(
         raw_state(&run).await,
-        Some(("PAUSED".to_owned(), "object_store".to_owned()))
+        Some(("WAITING".to_owned(), "object_store".to_owned()))
     );
     let committed: i64 = run.committed().values().sum();
     assert!(

@@ -90,7 +90,7 @@ async fn a_replica_restart_mid_stream_loses_nothing() {
     loop {
         let paused = http_get(run.http, "/status").await.is_some_and(|(_, s)| {
             serde_json::from_str::<serde_json::Value>(&s)
-                .is_ok_and(|v| v["sinks"]["replica"]["state"] == "PAUSED")
+                .is_ok_and(|v| v["sinks"]["replica"]["state"] == "WAITING")
         });
         if paused && !hook.alerts().is_empty() {
             break;
