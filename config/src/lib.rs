@@ -389,6 +389,9 @@ impl Config {
             });
         }
         let r = &self.registry;
+        if let Some(url) = &r.url {
+            check_registry_url(url)?;
+        }
         if r.password.is_some() && r.username.is_none() {
             return Err(ConfigError::Invalid {
                 field: "registry.username",
@@ -507,9 +510,60 @@ fn lookup<'a>(doc: &'a toml::Table, path: &[String]) -> Option<&'a toml::Value> 
     table.get(last)
 }
 
+/// An `http://` or `https://` URL with a host: a bare `host:port` would otherwise reach the
+/// HTTP client as a URL whose scheme is the host, and fail only at the first record.
+fn check_registry_url(url: &str) -> Result<(), ConfigError> {
+    let lower = url.trim().to_ascii_lowercase();
+    let rest = lower
+        .strip_prefix("http://")
+        .or_else(|| lower.strip_prefix("https://"));
+    match rest {
+        Some(rest) if !rest.is_empty() && !rest.starts_with('/') => Ok(()),
+        Some(_) => Err(ConfigError::Invalid {
+            field: "registry.url",
+            reason: format!("`{url}` names no host (e.g. http://127.0.0.1:8080)"),
+        }),
+        None if !lower.contains("://") => Err(ConfigError::Invalid {
+            field: "registry.url",
+            reason: format!("`{url}` has no scheme: write `http://{}`", url.trim()),
+        }),
+        None => Err(ConfigError::Invalid {
+            field: "registry.url",
+            reason: format!("`{url}` is not an http:// or https:// URL"),
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_registry_url_needs_http_or_https_and_a_host() {
+        let with = |url: &str| parse(&format!("{BASE}\n[registry]\nurl = \"{url}\"\n"), &[]);
+        for good in [
+            "http://127.0.0.1:8080",
+            "HTTPS://registry.example/apis/ccompat/v7",
+        ] {
+            assert!(with(good).is_ok(), "{good}");
+        }
+        let err = with("127.0.0.1:8080").unwrap_err().to_string();
+        assert!(
+            err.contains("registry.url") && err.contains("write `http://127.0.0.1:8080`"),
+            "{err}"
+        );
+        let err = with("ftp://registry:8080").unwrap_err().to_string();
+        assert!(err.contains("not an http:// or https:// URL"), "{err}");
+        let err = with("http:///apis").unwrap_err().to_string();
+        assert!(err.contains("names no host"), "{err}");
+        let err = parse(BASE, &[("LAKESINK__REGISTRY__URL", "localhost:8080")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("registry.url"),
+            "an override is checked too: {err}"
+        );
+    }
 
     const BASE: &str = r#"
         [kafka]
