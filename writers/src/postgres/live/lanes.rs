@@ -102,12 +102,7 @@ impl Lanes {
             .zip(&stuck)
             .map(|(l, &stuck)| !stuck && slow(l) && l.rows > 0)
             .collect();
-        let (rows, bytes) = self
-            .lanes
-            .iter()
-            .zip(&behind)
-            .filter(|(_, behind)| **behind)
-            .fold((0, 0), |(r, b), (l, _)| (r + l.rows, b + l.bytes));
+        let (rows, bytes) = self.waiting(&behind);
         if rows >= s.rows || bytes >= s.bytes {
             for (stuck, behind) in stuck.iter_mut().zip(behind) {
                 *stuck |= behind;
@@ -116,18 +111,20 @@ impl Lanes {
         stuck
     }
 
-    fn flowing(&self, stuck: &[bool]) -> (usize, usize) {
+    /// Rows and bytes waiting in the lanes marked `true`.
+    fn waiting(&self, lanes: &[bool]) -> (usize, usize) {
         self.lanes
             .iter()
-            .zip(stuck)
-            .filter(|(_, stuck)| !**stuck)
+            .zip(lanes)
+            .filter(|(_, counted)| **counted)
             .fold((0, 0), |(r, b), (l, _)| (r + l.rows, b + l.bytes))
     }
 
     /// Rows and bytes waiting in lanes that are not stuck. A stuck lane's partitions are
     /// paused, so its own backlog grows only by what was fetched before the pause.
     pub(crate) fn pending_flowing(&self, stuck: Stuck, now: Instant) -> (usize, usize) {
-        self.flowing(&self.stuck_lanes(stuck, now))
+        let flowing: Vec<bool> = self.stuck_lanes(stuck, now).iter().map(|s| !s).collect();
+        self.waiting(&flowing)
     }
 
     /// The partitions of every stuck lane: what a slow lane holds back.
