@@ -102,6 +102,8 @@ impl Connector {
             running.is_some(),
             "connector {name} did not reach RUNNING within 90 s"
         );
+        let slot = c.config()["slot.name"].as_str().unwrap_or(name).to_owned();
+        wait_streaming(stack, &c.http, &c.url(), &slot).await;
         c
     }
 
@@ -328,4 +330,48 @@ pub async fn try_decode_all(
         "every schema here decodes in one pass"
     );
     Ok(out)
+}
+
+/// Waits until the PostgreSQL connector's replication slot `slot` is streaming (active), so
+/// that changes a test makes after this are streamed rather than raced against the snapshot.
+/// A commit that lands while Debezium takes its snapshot can miss both the snapshot and the
+/// stream (seen in CI: a connector RUNNING for minutes that never sent a row inserted right
+/// after it started). Returns early if the task stops running; panics after 120 s.
+pub async fn wait_streaming(stack: &Stack, http: &reqwest::Client, url: &str, slot: &str) {
+    let pg = PgPool::connect(&stack.source_pg_url)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}",
+                unreachable("PostgreSQL source", &stack.source_pg_url, e)
+            )
+        });
+    let streaming = eventually(NO_PROGRESS, || async {
+        let active: Option<bool> =
+            sqlx::query_scalar("SELECT active FROM pg_replication_slots WHERE slot_name = $1")
+                .bind(slot)
+                .fetch_optional(&pg)
+                .await
+                .ok()?;
+        if active == Some(true) {
+            return Some(());
+        }
+        let status: Value = http
+            .get(format!("{url}/status"))
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        (status["tasks"][0]["state"] != "RUNNING").then_some(())
+    })
+    .await;
+    pg.close().await;
+    if streaming.is_none() {
+        panic!(
+            "slot {slot} did not start streaming within {NO_PROGRESS:?}; {}",
+            connector_status(http, url).await
+        );
+    }
 }

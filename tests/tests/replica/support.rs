@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use lakesink_config::ReplicaConfig;
 use lakesink_schema_registry::ChangeBatch;
-use lakesink_tests::debezium::{NO_PROGRESS, connector_status, decode_all};
+use lakesink_tests::debezium::{NO_PROGRESS, connector_status, decode_all, wait_streaming};
 use lakesink_tests::{Stack, eventually, unique, unreachable};
 use lakesink_writers::PgReplicator;
 use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
@@ -118,7 +118,10 @@ impl Capture {
             .iter()
             .map(|t| format!("{name}.public.{t}"))
             .collect();
-        Self::register(stack, name, topics, config).await
+        let slot = config["slot.name"].as_str().unwrap_or(name).to_owned();
+        let c = Self::register(stack, name, topics, config).await;
+        wait_streaming(stack, &c.http, &c.url(), &slot).await;
+        c
     }
 
     /// Debezium's MariaDB connector over tables of the MariaDB source's database, publishing
