@@ -338,14 +338,7 @@ pub async fn try_decode_all(
 /// stream (seen in CI: a connector RUNNING for minutes that never sent a row inserted right
 /// after it started). Returns early if the task stops running; panics after 120 s.
 pub async fn wait_streaming(stack: &Stack, http: &reqwest::Client, url: &str, slot: &str) {
-    let pg = PgPool::connect(&stack.source_pg_url)
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "{}",
-                unreachable("PostgreSQL source", &stack.source_pg_url, e)
-            )
-        });
+    let pg = crate::source_pool(stack).await;
     let streaming = eventually(NO_PROGRESS, || async {
         let active: Option<bool> =
             sqlx::query_scalar("SELECT active FROM pg_replication_slots WHERE slot_name = $1")

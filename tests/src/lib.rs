@@ -82,6 +82,18 @@ pub fn unreachable(component: &str, endpoint: &str, error: impl std::fmt::Displa
     )
 }
 
+/// A pool on the source database, or a panic naming it.
+pub async fn source_pool(stack: &Stack) -> sqlx::postgres::PgPool {
+    sqlx::postgres::PgPool::connect(&stack.source_pg_url)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}",
+                unreachable("PostgreSQL source", &stack.source_pg_url, e)
+            )
+        })
+}
+
 /// A name unique to one test run, safe as a topic, table, slot or object prefix.
 pub fn unique(prefix: &str) -> String {
     let id = uuid::Uuid::new_v4().simple().to_string();

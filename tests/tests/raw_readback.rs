@@ -12,7 +12,7 @@ use lakesink_schema_registry::{ChangeBatch, Format, IdKind};
 use lakesink_tests::debezium::{Connector, decode_all};
 use lakesink_tests::golden::{COLUMNS, VALUES};
 use lakesink_tests::raw::{self, Scratch};
-use lakesink_tests::{Stack, unique, unreachable};
+use lakesink_tests::{Stack, unique};
 use serde_json::Value;
 use sqlx::AssertSqlSafe;
 use sqlx::postgres::PgPool;
@@ -124,14 +124,7 @@ async fn pyarrow_and_duckdb_read_the_raw_layer_back_with_types_and_values() {
     let stack = Stack::from_env();
     check_python(&stack);
     let name = unique("rawread");
-    let pg = PgPool::connect(&stack.source_pg_url)
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "{}",
-                unreachable("PostgreSQL source", &stack.source_pg_url, e)
-            )
-        });
+    let pg = lakesink_tests::source_pool(&stack).await;
     let mood = format!("{name}_mood");
     for sql in [
         format!("CREATE TYPE {mood} AS ENUM ('sad', 'ok', 'happy')"),

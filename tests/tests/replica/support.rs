@@ -34,17 +34,7 @@ pub(crate) async fn replicator(tweak: impl FnOnce(&mut ReplicaConfig)) -> (PgRep
     (r, schema)
 }
 
-/// A pool on the source database, or a panic naming it.
-pub(crate) async fn source_pool(stack: &Stack) -> PgPool {
-    PgPool::connect(&stack.source_pg_url)
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "{}",
-                unreachable("PostgreSQL source", &stack.source_pg_url, e)
-            )
-        })
-}
+pub(crate) use lakesink_tests::source_pool;
 
 /// Runs each statement on `pool` in order; a failure names it.
 pub(crate) async fn exec(pool: &PgPool, sqls: &[String]) {

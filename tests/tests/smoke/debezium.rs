@@ -1,5 +1,5 @@
 use lakesink_tests::debezium::{Connector, header};
-use lakesink_tests::{Stack, unique, unreachable};
+use lakesink_tests::{Stack, unique};
 use rdkafka::Message;
 use serde_json::Value;
 use sqlx::AssertSqlSafe;
@@ -11,14 +11,7 @@ use sqlx::postgres::PgPool;
 async fn debezium_publishes_a_change_event_for_an_inserted_row() {
     let stack = Stack::from_env();
     let name = unique("smoke_dbz");
-    let pg = PgPool::connect(&stack.source_pg_url)
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "{}",
-                unreachable("PostgreSQL source", &stack.source_pg_url, e)
-            )
-        });
+    let pg = lakesink_tests::source_pool(&stack).await;
     let table = format!("public.{name}");
     sqlx::query(AssertSqlSafe(format!(
         "CREATE TABLE {table} (id bigint PRIMARY KEY, name text NOT NULL, price numeric(10, 2))"
