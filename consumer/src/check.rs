@@ -10,13 +10,15 @@ use std::time::Duration;
 
 use lakesink_config::{Config, RecordFormat, ReplicaConfig};
 use lakesink_schema_registry::{Backoff, HttpRegistry};
+use lakesink_writers::parquet::describe_store;
 use lakesink_writers::postgres::quote;
+use lakesink_writers::{describe_pg, is_auth_failure};
 use object_store::path::Path as StorePath;
 use object_store::{ObjectStoreExt, PutPayload};
-use rdkafka::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection};
+
+mod brokers;
 
 /// Each check's bound.
 pub(crate) const TIMEOUT: Duration = Duration::from_secs(10);
@@ -226,7 +228,9 @@ fn flattening(config: &Config, file: &Path, connector: &Connector) -> Option<(St
         (None, n) => (
             Status::Warn,
             format!(
-                "{shown}: ExtractNewRecordState drops the `source` block that names the                  connector, so a MySQL TIME span would stop the pipeline and SQL Server's                  datetimeoffset(7) is refused; set kafka.source-connector = \"{}\"",
+                "{shown}: ExtractNewRecordState drops the `source` block that names the \
+                 connector, so a MySQL TIME span would stop the pipeline and SQL Server's \
+                 datetimeoffset(7) is refused; set kafka.source-connector = \"{}\"",
                 n.unwrap_or("<the connector>")
             ),
         ),
@@ -237,24 +241,10 @@ fn flattening(config: &Config, file: &Path, connector: &Connector) -> Option<(St
 /// matches some).
 async fn kafka(config: &Config, report: &mut Report) {
     let k = config.kafka.clone();
-    let fetched = tokio::task::spawn_blocking(move || {
-        let mut cc = ClientConfig::new();
-        cc.set("bootstrap.servers", &k.brokers)
-            .set("group.id", &k.group_id);
-        for (key, v) in &k.properties {
-            cc.set(key, v);
-        }
-        let consumer: BaseConsumer = cc.create().map_err(|e| e.to_string())?;
-        let md = consumer
-            .fetch_metadata(None, TIMEOUT)
-            .map_err(|e| e.to_string())?;
-        let brokers = md.brokers().len();
-        let topics: Vec<String> = md.topics().iter().map(|t| t.name().to_owned()).collect();
-        Ok::<_, String>((brokers, topics))
-    })
-    .await
-    .map_err(|e| e.to_string())
-    .and_then(|r| r);
+    let fetched = tokio::task::spawn_blocking(move || brokers::metadata(&k))
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r);
     let brokers = &config.kafka.brokers;
     let (count, topics) = match fetched {
         Ok(x) => x,
@@ -378,11 +368,14 @@ async fn object_store_probe(raw: &lakesink_config::RawConfig) -> Result<String, 
     store
         .put(&path, PutPayload::from_static(b"lakesink check"))
         .await
-        .map_err(|e| format!("{}: cannot write {key}: {e}", raw.url))?;
-    store
-        .delete(&path)
-        .await
-        .map_err(|e| format!("{}: wrote {key} but cannot delete it: {e}", raw.url))?;
+        .map_err(|e| format!("{}: cannot write {key}: {}", raw.url, describe_store(&e)))?;
+    store.delete(&path).await.map_err(|e| {
+        format!(
+            "{}: wrote {key} but cannot delete it: {}",
+            raw.url,
+            describe_store(&e)
+        )
+    })?;
     Ok(format!("{}: wrote and deleted {key}", raw.url))
 }
 
@@ -395,17 +388,24 @@ async fn database(replica: &ReplicaConfig, topics: &[String]) -> Result<String, 
     if let Some(p) = &replica.password {
         options = options.password(p.expose());
     }
-    let mut conn = options
-        .connect()
-        .await
-        .map_err(|e| format!("{shown}: cannot connect: {e}"))?;
+    let mut conn = options.connect().await.map_err(|e| {
+        let hint = if is_auth_failure(&e) {
+            ": check the user in replica.url and replica.password"
+        } else {
+            ""
+        };
+        format!("{shown}: cannot connect: {}{hint}", describe_pg(&e))
+    })?;
     let (user, db): (String, String) =
         sqlx::query_as("SELECT current_user::text, current_database()::text")
             .fetch_one(&mut conn)
             .await
-            .map_err(|e| format!("{shown}: {e}"))?;
+            .map_err(|e| format!("{shown}: {}", describe_pg(&e)))?;
     let (schemas, dynamic) = target_schemas(replica, topics);
-    let mut tx = conn.begin().await.map_err(|e| format!("{shown}: {e}"))?;
+    let mut tx = conn
+        .begin()
+        .await
+        .map_err(|e| format!("{shown}: {}", describe_pg(&e)))?;
     let probe = format!("_lakesink_check_{}", std::process::id());
     let mut create_in: BTreeSet<&str> = BTreeSet::new();
     create_in.insert(&replica.offsets_schema);
@@ -421,7 +421,10 @@ async fn database(replica: &ReplicaConfig, topics: &[String]) -> Result<String, 
                 .execute(&mut *tx)
                 .await
                 .map_err(|e| {
-                    format!("{shown}: user {user} cannot create tables in schema {schema}: {e}")
+                    format!(
+                        "{shown}: user {user} cannot create tables in schema {schema}: {}",
+                        describe_pg(&e)
+                    )
                 })?;
         }
     }
@@ -434,7 +437,7 @@ async fn database(replica: &ReplicaConfig, topics: &[String]) -> Result<String, 
             .bind(schema)
             .fetch_one(&mut *tx)
             .await
-            .map_err(|e| format!("{shown}: {e}"))?;
+            .map_err(|e| format!("{shown}: {}", describe_pg(&e)))?;
             if !usable {
                 return Err(format!(
                     "{shown}: schema {schema} is missing or not usable by {user}, and auto-create is off"
@@ -442,7 +445,9 @@ async fn database(replica: &ReplicaConfig, topics: &[String]) -> Result<String, 
             }
         }
     }
-    tx.rollback().await.map_err(|e| format!("{shown}: {e}"))?;
+    tx.rollback()
+        .await
+        .map_err(|e| format!("{shown}: {}", describe_pg(&e)))?;
     let names: Vec<&str> = create_in.iter().copied().collect();
     let mut text = format!(
         "{shown}: connected to {db} as {user}; can create tables in {}",

@@ -2,9 +2,11 @@
 //! taxonomy every error maps onto, and the one retry helper. It knows no Kafka client, no
 //! Arrow and no SQL.
 
+pub mod causes;
 pub mod fault;
 pub mod retry;
 
+pub use causes::with_causes;
 pub use fault::{Classify, Fault, System};
 pub use retry::{Backoff, Observe, Retry, retrying};
 

@@ -143,7 +143,13 @@ pub enum FramingError {
     #[error("{side} is empty: no magic byte and no schema id header")]
     Empty { side: Side },
     #[error(
-        "{side} starts with byte {byte:#04x}, not the 0x00 magic byte, and has no schema id header"
+        "{side} starts with byte {byte:#04x}, not the 0x00 magic byte, and has no schema id header{}",
+        if *byte == b'{' || *byte == b'[' {
+            "; it looks like JSON: kafka.format = \"connect-json\" reads Kafka Connect's \
+             JsonConverter with schemas, \"json\" bare JSON"
+        } else {
+            ""
+        }
     )]
     UnknownMagic { side: Side, byte: u8 },
     #[error("{side} is {len} bytes, too short for its 0x00 magic byte and schema id")]
@@ -356,6 +362,19 @@ mod tests {
             unframe(v, &[1, 0, 0, 0, 1], no_headers, c),
             Err(FramingError::UnknownMagic { side: v, byte: 1 })
         );
+        let json = unframe(v, br#"{"id": 1}"#, no_headers, c)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            json.ends_with("it looks like JSON: kafka.format = \"connect-json\" reads Kafka Connect's JsonConverter with schemas, \"json\" bare JSON"),
+            "{json}"
+        );
+        let other = FramingError::UnknownMagic {
+            side: v,
+            byte: b'k',
+        }
+        .to_string();
+        assert!(!other.contains("JSON"), "{other}");
         assert_eq!(
             unframe(v, &[0, 0, 1], no_headers, c),
             Err(FramingError::Truncated { side: v, len: 3 })

@@ -9,4 +9,4 @@ pub mod sink;
 #[cfg(feature = "test-utils")]
 pub mod testing;
 
-pub use postgres::{Applied, PgReplicator, ReplicaError, Rounded};
+pub use postgres::{Applied, PgReplicator, ReplicaError, Rounded, describe_pg, is_auth_failure};

@@ -8,7 +8,6 @@
 //! `AWS_CONTAINER_CREDENTIALS_*`, …) and the shared config files belong to the AWS SDKs'
 //! contract, which operators expect lakesink to honour as every other AWS client does.
 
-use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
 use aws_config::{BehaviorVersion, ConfigLoader, Region, SdkConfig};
@@ -155,10 +154,12 @@ impl MskIamTokens {
         let credentials = match chain.cached.as_ref().filter(|c| fresh(c)) {
             Some(c) => c.clone(),
             None => {
-                let c =
-                    chain.provider.provide_credentials().await.map_err(|e| {
-                        format!("no AWS credentials for MSK IAM: {}", chain_error(&e))
-                    })?;
+                let c = chain.provider.provide_credentials().await.map_err(|e| {
+                    format!(
+                        "no AWS credentials for MSK IAM: {}",
+                        lakesink_model::with_causes(&e)
+                    )
+                })?;
                 debug!(access_key_id = c.access_key_id(), expiry = ?c.expiry(), "AWS credentials loaded");
                 chain.cached = Some(c.clone());
                 c
@@ -204,17 +205,6 @@ impl MskIamTokens {
             cached: None,
         })
     }
-}
-
-/// The chain's error with its causes: the top-level one alone says little.
-fn chain_error(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let _ = write!(text, ": {s}");
-        source = s.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -162,6 +162,14 @@ pub(super) async fn decode<R: SchemaResolver>(
                     .inc();
                 return Ok(Vec::new());
             }
+            Err(e) if e.fault() == Fault::BadData => {
+                // The remedy with the error, for the record it stopped at.
+                let said = format!(
+                    "{e}. To set such records aside and go on, set errors.tolerance = \"all\" \
+                     and errors.dead-letter-topic"
+                );
+                return Err(anyhow::Error::new(e).context(said));
+            }
             Err(e) => return Err(e.into()),
         }
     }

@@ -137,6 +137,28 @@ allow-http = true
         cmd.spawn().expect("lakesink starts")
     }
 
+    /// Waits for `child` to stop on its own with a failure, and returns the ERROR line that
+    /// says why; kills it and panics with the log after `within`.
+    pub fn stopped(&self, child: &mut Child, within: std::time::Duration) -> String {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                let log = self.log_tail();
+                assert!(!status.success(), "{log}");
+                return log
+                    .lines()
+                    .find(|l| l.contains("ERROR") && l.contains("stopped"))
+                    .unwrap_or_else(|| panic!("no ERROR line saying why:\n{log}"))
+                    .to_owned();
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("lakesink still runs after {within:?}:\n{}", self.log_tail());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+
     fn log_path(&self) -> PathBuf {
         self.config.with_file_name("lakesink.log")
     }

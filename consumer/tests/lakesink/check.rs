@@ -44,7 +44,10 @@ async fn create_topic(stack: &Stack, topic: &str) {
 
 struct Settings {
     topic: String,
+    brokers: String,
+    registry: String,
     s3_endpoint: String,
+    s3_secret: String,
     pg_url: String,
 }
 
@@ -77,9 +80,9 @@ url = "{pg}"
 password = "env:CHECK_PG_PASSWORD"
 offsets-schema = "{offsets}"
 "#,
-        brokers = stack.kafka_brokers,
+        brokers = s.brokers,
         topic = s.topic,
-        registry = stack.registry_url,
+        registry = s.registry,
         bucket = stack.s3_bucket,
         prefix = unique("check"),
         endpoint = s.s3_endpoint,
@@ -105,7 +108,7 @@ fn check(stack: &Stack, s: &Settings, pg_password: &str) -> (bool, String) {
     let out = lakesink(
         &["check", "--config", path.to_str().expect("utf-8")],
         &[
-            ("CHECK_S3_SECRET", &stack.s3_secret_access_key),
+            ("CHECK_S3_SECRET", &s.s3_secret),
             ("CHECK_PG_PASSWORD", pg_password),
         ],
     );
@@ -127,7 +130,10 @@ async fn check_passes_a_good_config_and_names_the_failing_check() {
     let (pg_url, pg_password) = split_password(&stack.replica_pg_url);
     let good = Settings {
         topic: topic.clone(),
+        brokers: stack.kafka_brokers.clone(),
+        registry: stack.registry_url.clone(),
         s3_endpoint: stack.s3_endpoint.clone(),
+        s3_secret: stack.s3_secret_access_key.clone(),
         pg_url: pg_url.clone(),
     };
 
@@ -158,13 +164,58 @@ async fn check_passes_a_good_config_and_names_the_failing_check() {
     assert!(line(&report, "FAIL", "object store").is_some(), "{report}");
     assert!(line(&report, "OK", "database").is_some(), "{report}");
 
-    // A wrong PostgreSQL password.
+    // A wrong S3 secret: the store's code and message, the settings to fix, no XML.
+    let bad_key = Settings {
+        s3_secret: "not-the-secret".into(),
+        ..clone(&good)
+    };
+    let (ok, report) = check(&stack, &bad_key, &pg_password);
+    assert!(!ok, "{report}");
+    let fail = line(&report, "FAIL", "object store").unwrap_or_else(|| panic!("{report}"));
+    assert!(
+        fail.contains("SignatureDoesNotMatch") || fail.contains("InvalidAccessKeyId"),
+        "{fail}"
+    );
+    assert!(
+        fail.ends_with("check raw.store.access-key-id and raw.store.secret-access-key"),
+        "{fail}"
+    );
+    assert!(!report.contains('<'), "no XML:\n{report}");
+    assert!(!report.contains("not-the-secret"), "{report}");
+
+    // A wrong PostgreSQL password: PostgreSQL's words and SQLSTATE, without sqlx's "at line
+    // N" (PostgreSQL's own source line), and the settings to check.
     let (ok, report) = check(&stack, &good, "not-the-password");
     assert!(!ok, "{report}");
     let fail = line(&report, "FAIL", "database").unwrap_or_else(|| panic!("{report}"));
-    assert!(fail.contains("password"), "{fail}");
+    assert!(fail.contains("password authentication failed"), "{fail}");
+    assert!(fail.contains("(28P01)"), "{fail}");
+    assert!(!fail.contains("at line"), "{fail}");
+    assert!(
+        fail.ends_with("check the user in replica.url and replica.password"),
+        "{fail}"
+    );
     assert!(!report.contains("not-the-password"), "{report}");
     assert!(line(&report, "OK", "object store").is_some(), "{report}");
+
+    // Nothing listening where the registry and the brokers should be: the cause in the FAIL
+    // line, and none of librdkafka's own log lines in the report.
+    let nothing = Settings {
+        brokers: "127.0.0.1:1".into(),
+        registry: "http://127.0.0.1:1".into(),
+        ..clone(&good)
+    };
+    let (ok, report) = check(&stack, &nothing, &pg_password);
+    assert!(!ok, "{report}");
+    let fail = line(&report, "FAIL", "registry").unwrap_or_else(|| panic!("{report}"));
+    assert!(fail.contains("Connection refused"), "{fail}");
+    let fail = line(&report, "FAIL", "kafka").unwrap_or_else(|| panic!("{report}"));
+    assert!(fail.contains("Connection refused"), "{fail}");
+    assert!(fail.contains("check kafka.brokers"), "{fail}");
+    assert!(
+        report.lines().count() <= 8 && !report.contains("librdkafka"),
+        "one line per check:\n{report}"
+    );
 
     // A topic that does not exist.
     let missing = Settings {
@@ -180,7 +231,10 @@ async fn check_passes_a_good_config_and_names_the_failing_check() {
 fn clone(s: &Settings) -> Settings {
     Settings {
         topic: s.topic.clone(),
+        brokers: s.brokers.clone(),
+        registry: s.registry.clone(),
         s3_endpoint: s.s3_endpoint.clone(),
+        s3_secret: s.s3_secret.clone(),
         pg_url: s.pg_url.clone(),
     }
 }

@@ -224,3 +224,47 @@ fn both_sinks_with_dead_letters(stack: &Stack, topic: &str, dlq: &str) -> Run {
         ),
     )
 }
+
+/// Without `errors.tolerance`, a bad record stops the run at that record, and the error says
+/// where it is and what to do: the dead-letter settings, and for a value that starts with `{`,
+/// the JSON formats.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bad_record_stops_the_run_with_the_remedy() {
+    let stack = Stack::from_env();
+    let topic = unique("bad-record");
+    let table = Table::create(&stack, &topic, 1).await;
+    let (s, t) = (stack.clone(), table.topic.clone());
+    let key = table.key(1);
+    tokio::task::spawn_blocking(move || {
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", &s.kafka_brokers)
+            .create()
+            .expect("producer");
+        producer
+            .send(
+                BaseRecord::to(&t)
+                    .key(&key)
+                    .payload(br#"{"id": 1, "name": "json"}"#.as_slice()),
+            )
+            .map_err(|(e, _)| e)
+            .expect("send");
+        producer.flush(Duration::from_secs(10)).expect("flush");
+    })
+    .await
+    .expect("produce");
+    let run = Run::new(stack, &topic, 1, "flush-size = 5");
+    let mut child = run.start(None);
+    let stopped = run.stopped(&mut child, Duration::from_secs(60));
+    assert!(
+        stopped.contains(&format!("{topic}[0] offset 0")),
+        "{stopped}"
+    );
+    assert!(
+        stopped.contains("it looks like JSON: kafka.format"),
+        "{stopped}"
+    );
+    assert!(
+        stopped.contains("set errors.tolerance = \"all\" and errors.dead-letter-topic"),
+        "{stopped}"
+    );
+}

@@ -174,3 +174,35 @@ async fn a_killed_static_member_takes_its_partitions_back_at_once() {
     let (got, _) = run.rows().await;
     assert_exactly_once(&got, &want);
 }
+
+/// A secret key the object store refuses is a setting to fix, not an outage to wait out:
+/// `run` stops at once, naming the settings, with the store's error code and without its
+/// XML body (before, it probed forever and logged the XML on every probe).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_object_store_key_stops_the_run_naming_the_settings() {
+    let stack = Stack::from_env();
+    let topic = unique("raw-badkey");
+    let table = Table::create(&stack, &topic, 1).await;
+    let s = stack.clone();
+    tokio::task::spawn_blocking(move || table.produce(&s, 1, 10, BASE_TS))
+        .await
+        .expect("produce");
+    let run = Run::new(stack, &topic, 1, "flush-size = 5");
+    let mut child = run.start_with(
+        None,
+        &[("LAKESINK__RAW__STORE__SECRET_ACCESS_KEY", "not-the-secret")],
+    );
+    let stopped = run.stopped(&mut child, std::time::Duration::from_secs(60));
+    assert!(
+        stopped.contains("SignatureDoesNotMatch") || stopped.contains("InvalidAccessKeyId"),
+        "{stopped}"
+    );
+    assert!(
+        stopped.contains("check raw.store.access-key-id and raw.store.secret-access-key"),
+        "{stopped}"
+    );
+    let log = run.log_tail();
+    assert!(!log.contains("<Error>"), "no XML:\n{log}");
+    assert!(!log.contains("still unavailable"), "not an outage:\n{log}");
+    assert!(!log.contains("not-the-secret"), "{log}");
+}

@@ -1,6 +1,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use lakesink_model::with_causes;
 use serde::Deserialize;
 use tokio::sync::Mutex;
 
@@ -92,7 +93,7 @@ impl TokenCache {
                     .form(&form)
                     .send()
                     .await
-                    .map_err(|e| unavailable(e.to_string()))?;
+                    .map_err(|e| unavailable(with_causes(&e.without_url())))?;
                 let status = resp.status();
                 if status.is_server_error() {
                     return Err(unavailable(status.to_string()));

@@ -2,6 +2,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use lakesink_model::with_causes;
 use reqwest::Url;
 use serde::Deserialize;
 use tracing::warn;
@@ -258,14 +259,15 @@ impl HttpRegistry {
                 .tokens
                 .apply(&self.auth, &self.http, self.http.get(url.clone()))
                 .await?;
+            // The URL is said once, by the error; the causes say why (refused, no such host).
             let failure = match req.send().await {
-                Err(e) => e.to_string(),
+                Err(e) => with_causes(&e.without_url()),
                 Ok(resp) => {
                     let status = resp.status();
                     match status.as_u16() {
                         200..=299 => match resp.text().await {
                             Ok(body) => return Ok(body),
-                            Err(e) => e.to_string(),
+                            Err(e) => with_causes(&e.without_url()),
                         },
                         404 => {
                             return Err(RegistryError::NotFound {

@@ -162,6 +162,6 @@ impl Sealed {
 pub enum FileError {
     #[error("parquet: {0}")]
     Parquet(#[from] parquet::errors::ParquetError),
-    #[error("object store: {0}")]
+    #[error("object store: {}", super::error::describe_store(.0))]
     Store(#[from] object_store::Error),
 }

@@ -10,6 +10,8 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use serde::{Deserialize, Serialize};
 
+use super::StoreFailure;
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Marker {
     pub topic: String,
@@ -36,16 +38,22 @@ pub fn key(prefix: &str, root: &str, topic: &str, partition: i32, start: i64) ->
     Path::from(format!("{k}{topic}/{partition}/{start:020}.json"))
 }
 
-pub async fn read(store: &Arc<dyn ObjectStore>, key: &Path) -> Result<Option<Marker>, String> {
+pub async fn read(
+    store: &Arc<dyn ObjectStore>,
+    key: &Path,
+) -> Result<Option<Marker>, StoreFailure> {
     match store.get(key).await {
         Ok(got) => {
-            let bytes = got.bytes().await.map_err(|e| e.to_string())?;
+            let bytes = got
+                .bytes()
+                .await
+                .map_err(|e| StoreFailure::store(key, &e))?;
             serde_json::from_slice(&bytes)
                 .map(Some)
-                .map_err(|e| format!("marker {key} is not valid: {e}"))
+                .map_err(|e| StoreFailure::other(format!("marker {key} is not valid: {e}")))
         }
         Err(object_store::Error::NotFound { .. }) => Ok(None),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(StoreFailure::store(key, &e)),
     }
 }
 
@@ -53,11 +61,11 @@ pub async fn write(
     store: &Arc<dyn ObjectStore>,
     key: &Path,
     marker: &Marker,
-) -> Result<(), String> {
-    let body = serde_json::to_vec(marker).map_err(|e| e.to_string())?;
+) -> Result<(), StoreFailure> {
+    let body = serde_json::to_vec(marker).map_err(|e| StoreFailure::other(e.to_string()))?;
     store
         .put(key, body.into())
         .await
         .map(|_| ())
-        .map_err(|e| e.to_string())
+        .map_err(|e| StoreFailure::store(key, &e))
 }

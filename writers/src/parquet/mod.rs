@@ -28,8 +28,8 @@ pub mod store;
 mod uploads;
 mod writer;
 
-pub use error::RawError;
 pub(crate) use error::store_fault;
+pub use error::{RawError, StoreFailure, describe_store};
 pub use file::FileError;
 pub use joda::JodaPattern;
 pub use key::KeyTemplate;

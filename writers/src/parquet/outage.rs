@@ -98,13 +98,17 @@ impl RawOutage {
     }
 
     /// Waits for the running probe. When the store answers, returns the partitions to read
-    /// again and their offsets; else schedules the next probe.
-    pub(crate) async fn probed(&mut self, observe: &dyn Observe) -> Vec<(Part, i64)> {
+    /// again and their offsets; else schedules the next probe. A store that refuses the
+    /// probe (a wrong key: an operator must act) is an error, not an outage to wait out.
+    pub(crate) async fn probed(
+        &mut self,
+        observe: &dyn Observe,
+    ) -> Result<Vec<(Part, i64)>, RawError> {
         let Some(d) = &mut self.down else {
-            return Vec::new();
+            return Ok(Vec::new());
         };
         let Some(probe) = &mut d.probe else {
-            return Vec::new();
+            return Ok(Vec::new());
         };
         let result = match probe.await {
             Ok(r) => r,
@@ -120,14 +124,15 @@ impl RawOutage {
                     "object store available again: reading \
                     the raw layer's partitions again from its own offsets"
                 );
-                self.resume.iter().map(|(p, &o)| (p.clone(), o)).collect()
+                Ok(self.resume.iter().map(|(p, &o)| (p.clone(), o)).collect())
             }
+            Err(e) if !e.retryable() => Err(e),
             Err(e) => {
                 observe.retrying(Some(RAW), System::ObjectStore, &e.to_string());
                 let wait = d.backoff.next().unwrap_or(PROBES.max);
                 warn!(error = %e, retry_in = ?wait, "object store still unavailable");
                 d.next_probe = Instant::now() + wait;
-                Vec::new()
+                Ok(Vec::new())
             }
         }
     }

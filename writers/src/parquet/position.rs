@@ -15,7 +15,7 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use serde::{Deserialize, Serialize};
 
-use super::marker;
+use super::{StoreFailure, marker};
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Position {
@@ -61,33 +61,36 @@ impl Positions {
     }
 
     /// Records that every record of the partition below `next` is durable.
-    pub async fn write(&self, topic: &str, partition: i32, next: i64) -> Result<(), String> {
+    pub async fn write(&self, topic: &str, partition: i32, next: i64) -> Result<(), StoreFailure> {
         let body = serde_json::to_vec(&Position {
             topic: topic.to_owned(),
             partition,
             next,
         })
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| StoreFailure::other(e.to_string()))?;
         let key = self.key(topic, partition);
         self.store
             .put(&key, body.into())
             .await
             .map(drop)
-            .map_err(|e| format!("{key}: {e}"))
+            .map_err(|e| StoreFailure::store(&key, &e))
     }
 
     /// What the raw layer holds of the partition; `None` when it holds nothing (no marker).
-    pub async fn held(&self, topic: &str, partition: i32) -> Result<Option<Held>, String> {
+    pub async fn held(&self, topic: &str, partition: i32) -> Result<Option<Held>, StoreFailure> {
         let key = self.key(topic, partition);
         let durable = match self.store.get(&key).await {
             Ok(got) => {
-                let bytes = got.bytes().await.map_err(|e| format!("{key}: {e}"))?;
+                let bytes = got
+                    .bytes()
+                    .await
+                    .map_err(|e| StoreFailure::store(&key, &e))?;
                 let p: Position = serde_json::from_slice(&bytes)
-                    .map_err(|e| format!("{key} is not a position: {e}"))?;
+                    .map_err(|e| StoreFailure::other(format!("{key} is not a position: {e}")))?;
                 Some(p.next)
             }
             Err(object_store::Error::NotFound { .. }) => None,
-            Err(e) => return Err(format!("{key}: {e}")),
+            Err(e) => return Err(StoreFailure::store(&key, &e)),
         };
         // Marker keys sort by start offset: list only those from the durable point on.
         let dir = self.dir(topic, partition);
@@ -100,7 +103,7 @@ impl Positions {
         let metas: Vec<_> = listing
             .try_collect()
             .await
-            .map_err(|e| format!("listing {dir}: {e}"))?;
+            .map_err(|e| StoreFailure::store(format!("listing {dir}"), &e))?;
         // `from` itself is not listed (the offset is exclusive), but may be a marker.
         let last_start = metas
             .iter()
@@ -112,7 +115,9 @@ impl Positions {
             Some(start) => {
                 let mkey = marker::key(&self.marker_prefix, &self.prefix, topic, partition, start);
                 match marker::read(&self.store, &mkey).await? {
-                    Some(m) => m.last.checked_add(1).ok_or("a marker ends at i64::MAX")?,
+                    Some(m) => m.last.checked_add(1).ok_or_else(|| {
+                        StoreFailure::other(format!("marker {mkey} ends at i64::MAX"))
+                    })?,
                     // `from`, when it is no marker: the position alone.
                     None => start,
                 }

@@ -133,6 +133,7 @@ impl Sink for RawSink {
             let upload = tokio::select! {
                 r = self.writer.next_receipt(), if uploading => r,
                 due = self.outage.probed(meter.as_ref()), if probing => {
+                    let due = due.map_err(Self::error)?;
                     return Ok(if due.is_empty() { Event::Nothing } else { Event::ReadAgain(due) });
                 }
                 else => None,
@@ -273,6 +274,9 @@ impl Resume for RawResume {
             let held: Option<RawHeld> = match self.positions.held(&part.topic, part.partition).await
             {
                 Ok(held) => held,
+                Err(e) if e.refused => {
+                    return Err(SinkError::with_fault(RAW, e.fault(), e.reason));
+                }
                 Err(e) => {
                     warn!(topic = %part.topic, partition = part.partition, error = %e,
                         "reading the raw layer's position; starting at the group's committed offset");

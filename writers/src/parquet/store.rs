@@ -17,7 +17,7 @@ pub fn open(url: &str, config: &StoreConfig) -> Result<(Arc<dyn ObjectStore>, St
         .split_once("://")
         .ok_or_else(|| format!("{url:?} is not a URL (s3://bucket/prefix, file:///dir)"))?;
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-    let bad = |e: object_store::Error| format!("object store {url}: {e}");
+    let bad = |e: object_store::Error| format!("object store {url}: {}", super::describe_store(&e));
     let retry = object_store::RetryConfig {
         retry_timeout: std::time::Duration::from_millis(
             config

@@ -13,7 +13,7 @@ use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
 use tracing::info;
 
-use super::error::RawError;
+use super::error::{RawError, StoreFailure};
 use super::joda::JodaPattern;
 use super::key::KeyTemplate;
 use super::marker;
@@ -402,7 +402,7 @@ impl ParquetWriter {
     }
 }
 
-fn marker_error(key: &PartitionKey, mkey: &Path, reason: String) -> RawError {
+fn marker_error(key: &PartitionKey, mkey: &Path, reason: StoreFailure) -> RawError {
     RawError::Marker {
         topic: key.0.to_string(),
         partition: key.1,

@@ -1,6 +1,7 @@
 //! The replica's one error type, classified by whether a retry can help.
 
-use lakesink_model::{Classify, Fault, System};
+use lakesink_model::{Classify, Fault, System, with_causes};
+use sqlx::postgres::PgDatabaseError;
 
 /// Where in the input an error belongs: a record, or the whole batch range a statement covered.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,7 +32,7 @@ impl std::fmt::Display for At {
 pub enum ReplicaError {
     /// The replica could not be reached, or asked to retry (connection lost, serialization
     /// failure, deadlock, shutting down or starting up). Nothing was committed.
-    #[error("replica database unavailable{}: {source}", at.as_ref().map(|a| format!(" ({a})")).unwrap_or_default())]
+    #[error("replica database unavailable{}: {}", at.as_ref().map(|a| format!(" ({a})")).unwrap_or_default(), describe_pg(source))]
     Unavailable {
         at: Option<At>,
         #[source]
@@ -43,7 +44,7 @@ pub enum ReplicaError {
     BadData { at: At, reason: String },
     /// The database refused a statement for a reason a retry will not fix (a table the
     /// config may not create, a column type conflict, a permission).
-    #[error("{at}: replica refused the change: {source}")]
+    #[error("{at}: replica refused the change: {}", describe_pg(source))]
     Rejected {
         at: At,
         #[source]
@@ -76,13 +77,43 @@ impl ReplicaError {
             .is_some_and(|c| c.starts_with("22") || c.starts_with("23"));
         match at {
             Some(at) if data => Self::BadData {
-                reason: format!("a value the table cannot hold: {source}"),
+                reason: format!("a value the table cannot hold: {}", describe_pg(&source)),
                 at,
             },
             Some(at) => Self::Rejected { at, source },
-            None => Self::Setup(source.to_string()),
+            None => Self::Setup(describe_pg(&source)),
         }
     }
+}
+
+/// A database error as PostgreSQL words it, with its SQLSTATE, detail and hint; without
+/// sqlx's "error returned from database" and the " at line N" of PostgreSQL's own source,
+/// which reads like a line of the user's config. Other errors with their causes.
+pub fn describe_pg(e: &sqlx::Error) -> String {
+    let sqlx::Error::Database(d) = e else {
+        return with_causes(e);
+    };
+    let mut out = d.message().to_owned();
+    if let Some(code) = d.code() {
+        out.push_str(&format!(" ({code})"));
+    }
+    if let Some(pg) = d.try_downcast_ref::<PgDatabaseError>() {
+        if let Some(detail) = pg.detail() {
+            out.push_str(&format!(": {detail}"));
+        }
+        if let Some(hint) = pg.hint() {
+            out.push_str(&format!(" (hint: {hint})"));
+        }
+    }
+    out
+}
+
+/// Whether the server refused who we are (28000 invalid authorization, 28P01 wrong password):
+/// a setting to fix, not an outage to wait out.
+pub fn is_auth_failure(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .and_then(|d| d.code())
+        .is_some_and(|c| c.starts_with("28"))
 }
 
 /// Connection trouble and the SQLSTATEs PostgreSQL uses for "try again".

@@ -24,7 +24,7 @@ use lakesink_schema_registry::ChangeBatch;
 use sqlx::AssertSqlSafe;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
-pub use error::{At, ReplicaError};
+pub use error::{At, ReplicaError, describe_pg, is_auth_failure};
 pub use live::{REPLICA, Rejects, ReplicaSink};
 pub use naming::{TableName, quote};
 
@@ -103,7 +103,17 @@ impl PgReplicator {
             .acquire_timeout(std::time::Duration::from_secs(5))
             .connect_with(options)
             .await
-            .map_err(|e| ReplicaError::from_sqlx(e, None))?;
+            .map_err(|e| {
+                if error::is_auth_failure(&e) {
+                    ReplicaError::Setup(format!(
+                        "replica.url {}: {}: check the user in replica.url and replica.password",
+                        config.url.redacted(),
+                        error::describe_pg(&e)
+                    ))
+                } else {
+                    ReplicaError::from_sqlx(e, None)
+                }
+            })?;
         let template = naming::NameTemplate::parse(
             &config.table_name_format,
             config.dots_to_underscores,

@@ -459,7 +459,7 @@ impl Wanted<'_> {
             .collect();
         let store = &self.raw.store;
         futures::stream::iter(wanted.into_iter().map(|(s, k)| async move {
-            let m = marker::read(store, &k).await;
+            let m = marker::read(store, &k).await.map_err(|e| e.reason);
             (s, k, m)
         }))
         .buffered(CONCURRENCY)
