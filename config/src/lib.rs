@@ -14,6 +14,7 @@ mod replica;
 mod secrets;
 mod service;
 mod suggest;
+mod words;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -306,7 +307,14 @@ impl Config {
         let config: Config = serde_path_to_error::deserialize(doc.clone()).map_err(
             |e: serde_path_to_error::Error<toml::de::Error>| {
                 let path = key_path(e.path());
-                unknown_key_error(&doc, origin, &from_env, path, e.into_inner().to_string())
+                let message = e.into_inner().message().to_owned();
+                let error = Culprit {
+                    doc: &doc,
+                    text,
+                    origin,
+                    from_env: &from_env,
+                };
+                error.of(path, message)
             },
         )?;
         config.validate()?;
@@ -436,29 +444,73 @@ fn key_path(path: &serde_path_to_error::Path) -> Option<Vec<String>> {
         .collect()
 }
 
-/// A deserialization error, with the unknown key's place, a suggestion when one is close,
-/// and the environment variable that set it when one did. `path` is where serde failed:
-/// for an unknown key, the key itself.
+/// Where a deserialization error comes from: the file (with its text, for line numbers) or
+/// the environment variables that were merged over it.
+struct Culprit<'a> {
+    doc: &'a toml::Table,
+    text: &'a str,
+    origin: &'a str,
+    from_env: &'a [(Vec<String>, String)],
+}
+
+impl Culprit<'_> {
+    /// The error serde gave at `path`, blaming the variable that set the key when one did, or
+    /// else the file's line; an unknown key with a suggestion when one is close.
+    fn of(&self, path: Option<Vec<String>>, message: String) -> ConfigError {
+        let at = path
+            .as_ref()
+            .map(|p| format!(" in `{}`", p.join(".")))
+            .unwrap_or_default();
+        let Some(path) = path.filter(|p| !p.is_empty()) else {
+            return self.in_file(&message, &message);
+        };
+        match unknown_key_error(self.doc, self.origin, self.from_env, &path, &message) {
+            Some(ConfigError::Parse { message: said, .. }) => return self.in_file(&message, &said),
+            Some(unknown) => return unknown,
+            None => {}
+        }
+        let said = format!("{}{at}", words::plain(&message));
+        if let Some((_, var)) = self.from_env.iter().find(|(p, _)| path.starts_with(p)) {
+            return ConfigError::Env {
+                var: var.clone(),
+                message: said,
+            };
+        }
+        self.in_file(&message, &said)
+    }
+
+    /// A file error: with the line of the value when the file alone gives the same error
+    /// (its own parse keeps the places the merged tree has lost).
+    fn in_file(&self, message: &str, said: &str) -> ConfigError {
+        let line = match toml::from_str::<Config>(self.text) {
+            Err(e) if e.message() == message => e.span().map(|s| words::line_of(self.text, s)),
+            _ => None,
+        };
+        ConfigError::Parse {
+            origin: match line {
+                Some(line) => format!("{} line {line}", self.origin),
+                None => self.origin.to_owned(),
+            },
+            message: said.to_owned(),
+        }
+    }
+}
+
+/// An unknown key's error, with its place, a suggestion when one is close (then without
+/// serde's list of every key), and the environment variable that set it when one did; `None`
+/// for other errors. `path` is where serde failed: for an unknown key, the key itself.
 fn unknown_key_error(
     doc: &toml::Table,
     origin: &str,
     from_env: &[(Vec<String>, String)],
-    path: Option<Vec<String>>,
-    message: String,
-) -> ConfigError {
-    let found = path.as_deref().and_then(|path| {
-        let (unknown, _) = path.split_last()?;
-        // serde names what it expected only in the message.
-        let expected = suggest::expected_keys(&message, unknown)?;
-        Some((path, unknown, expected))
-    });
-    let Some((path, unknown, expected)) = found else {
-        return ConfigError::Parse {
-            origin: origin.to_owned(),
-            message,
-        };
-    };
+    path: &[String],
+    message: &str,
+) -> Option<ConfigError> {
+    let (unknown, _) = path.split_last()?;
+    // serde names what it expected only in the message.
+    let expected = suggest::expected_keys(message, unknown)?;
     let mut suggestion = suggest::suggest(unknown, &expected).map(str::to_owned);
+    let mut shown = path.join(".");
     // `flush.size = 1` is a TOML dotted key: a table `flush` holding `size`.
     if suggestion.is_none()
         && let Some(toml::Value::Table(t)) = lookup(doc, path)
@@ -476,28 +528,36 @@ fn unknown_key_error(
         suggestion = suggest::suggest(&dotted, &expected)
             .filter(|s| suggest::kebab(&dotted) == *s)
             .map(str::to_owned);
+        if suggestion.is_some() {
+            // As the user wrote it: `raw.flush.size`, not the table `raw.flush`.
+            let mut written = path[..path.len() - 1].to_vec();
+            written.push(dotted);
+            shown = written.join(".");
+        }
     }
     let parents = &path[..path.len() - 1];
-    let mut text = format!("unknown key `{}`", path.join("."));
+    let mut text = format!("unknown key `{shown}`");
     if let Some(s) = &suggestion {
         text.push_str(&format!("; did you mean `{s}`?"));
     }
-    text.push_str(&format!(" ({})", message.trim()));
+    if suggestion.is_none() {
+        text.push_str(&format!(" ({})", words::plain(message)));
+    }
     if let Some((_, var)) = from_env.iter().find(|(p, _)| p.starts_with(path)) {
         if let Some(s) = &suggestion {
             let mut good = parents.to_vec();
             good.push(s.clone());
             text.push_str(&format!(" (set {})", overrides::var_name(&good)));
         }
-        return ConfigError::Env {
+        return Some(ConfigError::Env {
             var: var.clone(),
             message: text,
-        };
+        });
     }
-    ConfigError::Parse {
+    Some(ConfigError::Parse {
         origin: origin.to_owned(),
         message: text,
-    }
+    })
 }
 
 /// The value at `path` in `doc`.
@@ -649,6 +709,53 @@ mod tests {
     }
 
     #[test]
+    fn wrong_values_are_said_in_words_at_their_line_or_their_variable() {
+        let file = format!("{BASE}\n[raw]\nurl = \"memory://\"\nflush-size = \"200\"\n");
+        let line = file
+            .lines()
+            .position(|l| l.starts_with("flush-size"))
+            .expect("line")
+            + 1;
+        assert_eq!(
+            parse(&file, &[]).unwrap_err().to_string(),
+            format!(
+                "config test.toml line {line}: invalid type: string \"200\", expected a whole \
+                 number ≥ 0 in `raw.flush-size`"
+            )
+        );
+        let negative = file.replace("flush-size = \"200\"", "partition-duration-ms = -5");
+        let err = parse(&negative, &[]).unwrap_err().to_string();
+        assert!(
+            err.ends_with("invalid value: integer `-5`, expected a whole number ≥ 0 in `raw.partition-duration-ms`"),
+            "{err}"
+        );
+        // The file says 200; the variable is the culprit.
+        let good = file.replace("\"200\"", "200");
+        assert_eq!(
+            parse(&good, &[("LAKESINK__RAW__FLUSH_SIZE", "abc")])
+                .unwrap_err()
+                .to_string(),
+            "environment override LAKESINK__RAW__FLUSH_SIZE: invalid type: string \"abc\", \
+             expected a whole number ≥ 0 in `raw.flush-size`"
+        );
+        // A confident suggestion comes without serde's list of every key.
+        let dotted = good.replace("flush-size", "flush.size");
+        let err = parse(&dotted, &[]).unwrap_err().to_string();
+        assert!(
+            err.ends_with("unknown key `raw.flush.size`; did you mean `flush-size`?"),
+            "{err}"
+        );
+        let typo = good.replace("flush-size", "flush-sise");
+        let err = parse(&typo, &[]).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!(
+                "config test.toml line {line}: unknown key `raw.flush-sise`; did you mean `flush-size`?"
+            )
+        );
+    }
+
+    #[test]
     fn env_override_of_unknown_key_names_the_variable() {
         let err = parse(BASE, &[("LAKESINK__KAFKA__NOPE", "1")]).unwrap_err();
         assert!(err.to_string().contains("nope"), "{err}");
@@ -754,12 +861,13 @@ mod tests {
         let raw = "[raw]\nurl = \"memory://x\"\n";
         for (extra, key, suggestion) in [
             ("\"flush.size\" = 5\n", "raw.flush.size", "flush-size"),
-            ("flush.size = 5\n", "raw.flush", "flush-size"),
+            // A dotted key is named as written, not as the table TOML makes of it.
+            ("flush.size = 5\n", "raw.flush.size", "flush-size"),
             ("flush_size = 5\n", "raw.flush_size", "flush-size"),
             ("flush-sise = 5\n", "raw.flush-sise", "flush-size"),
             (
                 "rotate.interval.ms = 5\n",
-                "raw.rotate",
+                "raw.rotate.interval.ms",
                 "rotate-interval-ms",
             ),
             (
@@ -782,6 +890,8 @@ mod tests {
             "{err}"
         );
         assert!(!err.to_string().contains("did you mean"), "{err}");
+        // Nothing close: the section's keys are listed instead.
+        assert!(err.to_string().contains("expected one of"), "{err}");
         let err = parse(&format!("{BASE}brokerz = 1\n"), &[]).unwrap_err();
         assert!(err.to_string().contains("did you mean `brokers`?"), "{err}");
     }

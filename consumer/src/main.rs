@@ -130,7 +130,7 @@ async fn start() -> anyhow::Result<ExitCode> {
             });
         }
     };
-    let config = Config::load(&path).with_context(|| format!("loading {}", path.display()));
+    let config = load(&path);
     init_logs(
         config
             .as_ref()
@@ -191,6 +191,16 @@ async fn start() -> anyhow::Result<ExitCode> {
 
 /// An error and its causes on one line, each said once: a cause whose text the layer above
 /// already includes is left out.
+/// The config at `path`; its error names the file once (a parse error names it already).
+pub(crate) fn load(path: &std::path::Path) -> anyhow::Result<Config> {
+    Config::load(path).map_err(|e| match e {
+        lakesink_config::ConfigError::Parse { .. } | lakesink_config::ConfigError::Read { .. } => {
+            anyhow::Error::new(e)
+        }
+        e => anyhow::Error::new(e).context(format!("loading {}", path.display())),
+    })
+}
+
 fn describe(e: &anyhow::Error) -> String {
     let mut out = String::new();
     let mut last = String::new();

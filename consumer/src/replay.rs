@@ -91,8 +91,7 @@ fn redact(url: &str) -> String {
 }
 
 pub(crate) async fn run(args: ReplayArgs) -> anyhow::Result<()> {
-    let config =
-        Config::load(&args.config).with_context(|| format!("loading {}", args.config.display()))?;
+    let config = crate::load(&args.config)?;
     lakesink_writers::failpoint::arm(lakesink_config::failpoints_from_env())?;
     let raw_config = config
         .raw
