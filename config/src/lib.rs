@@ -33,7 +33,7 @@ pub use raw::{
 };
 pub use replica::{DbUrl, KeylessMode, PkMode, ReplicaConfig, SchemaEvolution, redact_url};
 pub use secrets::SecretRef;
-pub use service::{AlertsConfig, LogFormat, ServiceConfig};
+pub use service::{AlertsConfig, EmailConfig, LogFormat, ServiceConfig, SmtpTls};
 
 /// The whole configuration of one lakesink process.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -348,7 +348,12 @@ impl Config {
             secrets.push(("replica.url".into(), r.url.text_mut()));
         }
         if let Some(a) = &mut self.alerts {
-            secrets.push(("alerts.webhook-url".into(), &mut a.webhook_url.0));
+            if let Some(w) = &mut a.webhook_url {
+                secrets.push(("alerts.webhook-url".into(), &mut w.0));
+            }
+            if let Some(p) = a.email.as_mut().and_then(|e| e.password.as_mut()) {
+                secrets.push(("alerts.email.password".into(), &mut p.0));
+            }
             for (k, v) in &mut a.headers {
                 secrets.push((format!("alerts.headers.{k}"), &mut v.0));
             }
@@ -363,6 +368,9 @@ impl Config {
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(a) = &self.alerts {
+            validate_alerts(a)?;
+        }
         let k = &self.kafka;
         if k.brokers.trim().is_empty() {
             return Err(ConfigError::Invalid {
@@ -558,6 +566,46 @@ fn unknown_key_error(
         origin: origin.to_owned(),
         message: text,
     })
+}
+
+fn validate_alerts(a: &AlertsConfig) -> Result<(), ConfigError> {
+    let invalid = |field, reason: &str| {
+        Err(ConfigError::Invalid {
+            field,
+            reason: reason.to_owned(),
+        })
+    };
+    if a.webhook_url.is_none() && a.email.is_none() {
+        return invalid(
+            "alerts",
+            "names no destination: set webhook-url, [alerts.email], or both",
+        );
+    }
+    let Some(e) = &a.email else { return Ok(()) };
+    if e.to.is_empty() {
+        return invalid("alerts.email.to", "names no recipient");
+    }
+    if e.username.is_some() != e.password.is_some() {
+        return invalid(
+            "alerts.email.username",
+            "username and password go together (AUTH), or neither is set",
+        );
+    }
+    if e.tls == SmtpTls::None && e.password.is_some() {
+        return invalid(
+            "alerts.email.tls",
+            "\"none\" would send the password in the clear: use \"starttls\" or \"tls\"",
+        );
+    }
+    for address in e.to.iter().chain([&e.from]) {
+        if !address.contains('@') {
+            return invalid(
+                "alerts.email.to",
+                &format!("`{address}` is not an e-mail address (`Name <a@b>` or `a@b`)"),
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The value at `path` in `doc`.
@@ -795,10 +843,50 @@ mod tests {
         )
         .expect("valid");
         let a = c.alerts.expect("alerts");
-        assert_eq!(a.webhook_url.expose(), "https://hooks.example/T1");
+        assert_eq!(
+            a.webhook_url.as_ref().map(Secret::expose),
+            Some("https://hooks.example/T1")
+        );
         assert_eq!(a.headers["Authorization"].expose(), "Bearer x");
         let err = parse(&text, &[]).unwrap_err();
         assert!(err.to_string().contains("alerts.webhook-url"), "{err}");
+    }
+
+    #[test]
+    fn email_alerts_are_checked_and_their_password_resolved() {
+        let email = "[alerts.email]\nsmtp-host = \"smtp.example.com\"\nfrom = \"lakesink <ls@example.com>\"\nto = [\"oncall@example.com\"]\n";
+        let c = parse(&format!("{BASE}{email}"), &[]).expect("valid");
+        let e = c.alerts.and_then(|a| a.email).expect("email");
+        assert_eq!((e.tls, e.port()), (SmtpTls::Starttls, 587));
+        let auth =
+            format!("{BASE}{email}username = \"ls\"\npassword = \"env:SMTP\"\ntls = \"tls\"\n");
+        let c = parse(&auth, &[("SMTP", "s3cret")]).expect("valid");
+        let e = c.alerts.and_then(|a| a.email).expect("email");
+        assert_eq!(e.password.as_ref().map(Secret::expose), Some("s3cret"));
+        assert_eq!(e.port(), 465);
+        let bad = |text: &str, field: &str| {
+            let err = parse(&format!("{BASE}{text}"), &[("SMTP", "x")])
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(field), "{err}");
+        };
+        bad("[alerts]\n", "set webhook-url, [alerts.email], or both");
+        bad(
+            &email.replace("[\"oncall@example.com\"]", "[]"),
+            "alerts.email.to",
+        );
+        bad(
+            &format!("{email}username = \"ls\"\n"),
+            "alerts.email.username",
+        );
+        bad(
+            &format!("{email}username = \"ls\"\npassword = \"env:SMTP\"\ntls = \"none\"\n"),
+            "in the clear",
+        );
+        bad(
+            &email.replace("oncall@example.com", "oncall"),
+            "not an e-mail address",
+        );
     }
 
     #[test]

@@ -49,12 +49,14 @@ pub enum LogFormat {
     Json,
 }
 
-/// `[alerts]`: a JSON alert is posted to `webhook-url` when a sink fails or loses a
-/// component (database, registry, object store), and once more when it recovers.
+/// `[alerts]`: when a sink fails or loses a component (database, registry, object store),
+/// and once more when it recovers, a JSON alert is posted to `webhook-url` and an e-mail sent
+/// as `[alerts.email]` says (either or both).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct AlertsConfig {
-    pub webhook_url: Secret,
+    pub webhook_url: Option<Secret>,
+    pub email: Option<EmailConfig>,
     /// Extra request headers, e.g. `Authorization`; values are secrets.
     #[serde(default)]
     pub headers: BTreeMap<String, Secret>,
@@ -65,6 +67,48 @@ pub struct AlertsConfig {
     /// Per-request timeout; a failed post is retried a few times, then logged.
     #[serde(default = "default_alert_timeout_ms")]
     pub timeout_ms: u64,
+}
+
+/// `[alerts.email]`: the SMTP server alerts are sent through.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct EmailConfig {
+    pub smtp_host: String,
+    /// Default 587 with `starttls`, 465 with `tls`, 25 with `none`.
+    pub smtp_port: Option<u16>,
+    #[serde(default)]
+    pub tls: SmtpTls,
+    /// PEM file of extra CA certificates for the server's, beside the system's.
+    pub ca_file: Option<std::path::PathBuf>,
+    /// AUTH (PLAIN or LOGIN, as the server offers); both or neither.
+    pub username: Option<String>,
+    pub password: Option<Secret>,
+    /// `Name <address>` or an address.
+    pub from: String,
+    pub to: Vec<String>,
+}
+
+impl EmailConfig {
+    pub fn port(&self) -> u16 {
+        self.smtp_port.unwrap_or(match self.tls {
+            SmtpTls::Starttls => 587,
+            SmtpTls::Tls => 465,
+            SmtpTls::None => 25,
+        })
+    }
+}
+
+/// How the SMTP connection is secured.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SmtpTls {
+    /// Plain, then STARTTLS, which must succeed (submission, port 587).
+    #[default]
+    Starttls,
+    /// TLS from the first byte (port 465).
+    Tls,
+    /// No TLS: only for a relay on the same host; never with a password.
+    None,
 }
 
 fn default_http_listen() -> Option<SocketAddr> {

@@ -124,6 +124,15 @@ pub(crate) async fn run(path: &Path, source_connectors: &[std::path::PathBuf]) -
         .await;
         report.result("database", r);
     }
+    if let Some(email) = config.alerts.as_ref().and_then(|a| a.email.as_ref()) {
+        let r = bounded("SMTP server (alerts.email)", async {
+            let mailer = crate::telemetry::email::Mailer::new(email, TIMEOUT)
+                .map_err(|e| format!("{e:#}"))?;
+            mailer.test().await
+        })
+        .await;
+        report.result("alerts email", r);
+    }
     !report.failed
 }
 

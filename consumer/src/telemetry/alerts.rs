@@ -1,4 +1,4 @@
-//! Webhook alerts. One outage sends one alert and one recovery: alerts are made only on
+//! Alerts, to a webhook and by e-mail. One outage sends one alert and one recovery: alerts are made only on
 //! state transitions, and a component that fails again soon after recovering (flapping)
 //! sends nothing new until `min-interval-ms` has passed since its last alert.
 
@@ -6,6 +6,8 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use lakesink_config::AlertsConfig;
+
+use super::email::Mailer;
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
@@ -48,18 +50,28 @@ pub(crate) struct Alerter {
 
 impl Alerter {
     pub(crate) fn start(config: &AlertsConfig, group: &str) -> anyhow::Result<Self> {
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_millis(config.timeout_ms))
-            .build()?;
+        let timeout = Duration::from_millis(config.timeout_ms);
+        let webhook = match &config.webhook_url {
+            None => None,
+            Some(url) => Some(Webhook {
+                client: reqwest::Client::builder().timeout(timeout).build()?,
+                url: url.expose().to_owned(),
+                headers: config
+                    .headers
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.expose().to_owned()))
+                    .collect(),
+            }),
+        };
+        let mail = config
+            .email
+            .as_ref()
+            .map(|e| Mailer::new(e, timeout))
+            .transpose()?;
         let (tx, rx) = mpsc::unbounded_channel();
         let poster = Poster {
-            client,
-            url: config.webhook_url.expose().to_owned(),
-            headers: config
-                .headers
-                .iter()
-                .map(|(k, v)| (k.clone(), v.expose().to_owned()))
-                .collect(),
+            webhook,
+            mail,
             group: group.to_owned(),
         };
         let throttle = Throttle::new(Duration::from_millis(config.min_interval_ms));
@@ -178,31 +190,71 @@ impl Throttle {
 }
 
 struct Poster {
+    webhook: Option<Webhook>,
+    mail: Option<Mailer>,
+    group: String,
+}
+
+struct Webhook {
     client: reqwest::Client,
     url: String,
     headers: Vec<(String, String)>,
-    group: String,
 }
 
 impl Poster {
     async fn post(&self, alert: &Alert) {
-        let text = match (&alert.kind, &alert.error) {
+        let text = alert.text(&self.group);
+        if let Some(hook) = &self.webhook {
+            hook.post(alert, &self.group, &text).await;
+        }
+        if let Some(mail) = &self.mail {
+            let body = alert.body(&self.group, &text);
+            retried(alert, "e-mail", || mail.send(&text, body.clone())).await;
+        }
+    }
+}
+
+impl Alert {
+    /// One line: the chat message, and the e-mail's subject.
+    fn text(&self, group: &str) -> String {
+        match (&self.kind, &self.error) {
             (AlertKind::Recovered, _) => format!(
-                "lakesink ({}): sink {} recovered: {} is reachable again",
-                self.group, alert.sink, alert.component
+                "lakesink ({group}): sink {} recovered: {} is reachable again",
+                self.sink, self.component
             ),
             (kind, error) => format!(
-                "lakesink ({}): sink {} {}: {}: {}",
-                self.group,
-                alert.sink,
+                "lakesink ({group}): sink {} {}: {}: {}",
+                self.sink,
                 kind.as_str(),
-                alert.component,
-                error.as_deref().unwrap_or("unknown error")
+                self.component,
+                first_line(error.as_deref().unwrap_or("unknown error"))
             ),
-        };
+        }
+    }
+
+    /// The e-mail's body: the line, then each field, the error in full.
+    fn body(&self, group: &str, text: &str) -> String {
+        format!(
+            "{text}\n\nservice: lakesink\ngroup: {group}\nsink: {}\ncomponent: {}\nstate: {}\nat: {}\nhost: {}\n\nerror:\n{}\n",
+            self.sink,
+            self.component,
+            self.kind.as_str(),
+            chrono::Utc::now().to_rfc3339(),
+            super::status::hostname(),
+            self.error.as_deref().unwrap_or("-"),
+        )
+    }
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or(s)
+}
+
+impl Webhook {
+    async fn post(&self, alert: &Alert, group: &str, text: &str) {
         let body = json!({
             "service": "lakesink",
-            "group": self.group,
+            "group": group,
             "sink": alert.sink,
             "component": alert.component,
             "state": alert.kind.as_str(),
@@ -211,25 +263,44 @@ impl Poster {
             // Slack and Teams incoming webhooks show `text`.
             "text": text,
         });
-        let mut delay = Duration::from_millis(500);
-        for attempt in 1..=3 {
+        retried(alert, "webhook", || async {
             let mut req = self.client.post(&self.url).json(&body);
             for (k, v) in &self.headers {
                 req = req.header(k, v);
             }
-            match req.send().await.and_then(|r| r.error_for_status()) {
-                Ok(_) => {
-                    info!(
-                        sink = alert.sink,
-                        component = alert.component,
-                        kind = alert.kind.as_str(),
-                        "alert posted"
-                    );
-                    return;
-                }
-                Err(e) => {
-                    // The URL is a secret (Slack's carries its token): say only what failed.
-                    warn!(attempt, error = %e.without_url(), "posting an alert failed");
+            req.send()
+                .await
+                .and_then(|r| r.error_for_status())
+                .map(drop)
+                // The URL is a secret (Slack's carries its token): say only what failed.
+                .map_err(|e| lakesink_model::with_causes(&e.without_url()))
+        })
+        .await;
+    }
+}
+
+/// Up to three tries, half a second apart and doubling; each failure logged.
+async fn retried<F, Fut>(alert: &Alert, to: &str, mut send: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let mut delay = Duration::from_millis(500);
+    for attempt in 1..=3 {
+        match send().await {
+            Ok(()) => {
+                info!(
+                    sink = alert.sink,
+                    component = alert.component,
+                    kind = alert.kind.as_str(),
+                    to,
+                    "alert sent"
+                );
+                return;
+            }
+            Err(error) => {
+                warn!(attempt, to, %error, "sending an alert failed");
+                if attempt < 3 {
                     tokio::time::sleep(delay).await;
                     delay *= 2;
                 }
@@ -249,6 +320,35 @@ mod tests {
             component: "database",
             error: Some("connection refused".into()),
         }
+    }
+
+    #[test]
+    fn the_subject_is_one_line_and_the_body_has_the_error_in_full() {
+        let mut failing = alert(AlertKind::Failing);
+        failing.error = Some("replica database unavailable\ncaused by: refused".into());
+        let text = failing.text("g1");
+        assert_eq!(
+            text,
+            "lakesink (g1): sink replica failing: database: replica database unavailable"
+        );
+        let body = failing.body("g1", &text);
+        assert!(body.starts_with(&format!("{text}\n\n")), "{body}");
+        for part in [
+            "group: g1",
+            "sink: replica",
+            "component: database",
+            "state: failing",
+        ] {
+            assert!(body.contains(part), "{part} in {body}");
+        }
+        assert!(
+            body.ends_with("error:\nreplica database unavailable\ncaused by: refused\n"),
+            "{body}"
+        );
+        assert_eq!(
+            alert(AlertKind::Recovered).text("g1"),
+            "lakesink (g1): sink replica recovered: database is reachable again"
+        );
     }
 
     #[test]

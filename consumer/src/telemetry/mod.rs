@@ -5,6 +5,7 @@ pub(crate) mod alerts;
 pub(crate) mod brokers;
 #[cfg(test)]
 mod dashboards;
+pub(crate) mod email;
 pub(crate) mod http;
 mod meter;
 pub(crate) mod metrics;

@@ -502,6 +502,30 @@ pub async fn produce_range(
         .expect("produce");
 }
 
+/// A table's topic holding one record whose value is `payload` (not Avro): a bad record.
+pub async fn bad_record_topic(stack: &Stack, prefix: &str, payload: &'static [u8]) -> String {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let topic = unique(prefix);
+    let table = Table::create(stack, &topic, 1).await;
+    let (s, t, key) = (stack.clone(), table.topic.clone(), table.key(1));
+    tokio::task::spawn_blocking(move || {
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", &s.kafka_brokers)
+            .create()
+            .expect("producer");
+        producer
+            .send(BaseRecord::to(&t).key(&key).payload(payload))
+            .map_err(|(e, _)| e)
+            .expect("send");
+        producer
+            .flush(std::time::Duration::from_secs(10))
+            .expect("flush");
+    })
+    .await
+    .expect("produce");
+    topic
+}
+
 /// Asserts that the replica's table for `topic` holds what the workload's first `count`
 /// events leave: every row but each 50th (deleted), with its last quantity.
 pub async fn assert_replica_table(pool: &sqlx::PgPool, topic: &str, count: i64) {

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::common::{BASE_TS, Run, http_get, metric};
+use crate::common::{BASE_TS, Run, bad_record_topic, http_get, metric};
 use lakesink_tests::workload::Table;
 use lakesink_tests::{Stack, unique};
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -231,27 +231,7 @@ fn both_sinks_with_dead_letters(stack: &Stack, topic: &str, dlq: &str) -> Run {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_bad_record_stops_the_run_with_the_remedy() {
     let stack = Stack::from_env();
-    let topic = unique("bad-record");
-    let table = Table::create(&stack, &topic, 1).await;
-    let (s, t) = (stack.clone(), table.topic.clone());
-    let key = table.key(1);
-    tokio::task::spawn_blocking(move || {
-        let producer: BaseProducer = ClientConfig::new()
-            .set("bootstrap.servers", &s.kafka_brokers)
-            .create()
-            .expect("producer");
-        producer
-            .send(
-                BaseRecord::to(&t)
-                    .key(&key)
-                    .payload(br#"{"id": 1, "name": "json"}"#.as_slice()),
-            )
-            .map_err(|(e, _)| e)
-            .expect("send");
-        producer.flush(Duration::from_secs(10)).expect("flush");
-    })
-    .await
-    .expect("produce");
+    let topic = bad_record_topic(&stack, "bad-record", br#"{"id": 1, "name": "json"}"#).await;
     let run = Run::new(stack, &topic, 1, "flush-size = 5");
     let mut child = run.start(None);
     let stopped = run.stopped(&mut child, Duration::from_secs(60));

@@ -7,6 +7,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod alerts;
 mod check;
 mod dead_letter;
 mod non_data;
