@@ -32,7 +32,7 @@ pub use raw::{
     TimestampSource, Tombstones,
 };
 pub use replica::{DbUrl, KeylessMode, PkMode, ReplicaConfig, SchemaEvolution, redact_url};
-pub use secrets::SecretRef;
+pub use secrets::{AWS_SECRETS_MANAGER, SecretRef};
 pub use service::{AlertsConfig, EmailConfig, LogFormat, ServiceConfig, SmtpTls};
 
 /// The whole configuration of one lakesink process.
@@ -321,9 +321,23 @@ impl Config {
         Ok(config)
     }
 
-    /// Replaces each secret reference by what it refers to.
-    fn resolve_secrets(&mut self, env: &HashMap<String, String>) -> Result<(), ConfigError> {
+    /// Every secret key that is set, with its text.
+    fn secret_slots(&mut self) -> Vec<(String, &mut String)> {
         let mut secrets: Vec<(String, &mut String)> = Vec::new();
+        if let Some(k) = &mut self.kafka.security {
+            if let Some(p) = &mut k.password {
+                secrets.push(("kafka.security.password".into(), &mut p.0));
+            }
+            if let Some(p) = &mut k.key_password {
+                secrets.push(("kafka.security.key-password".into(), &mut p.0));
+            }
+            if let Some(o) = &mut k.oauth {
+                secrets.push((
+                    "kafka.security.oauth.client-secret".into(),
+                    &mut o.client_secret.0,
+                ));
+            }
+        }
         if let Some(p) = &mut self.registry.password {
             secrets.push(("registry.password".into(), &mut p.0));
         }
@@ -358,9 +372,36 @@ impl Config {
                 secrets.push((format!("alerts.headers.{k}"), &mut v.0));
             }
         }
-        for (key, value) in secrets {
+        secrets
+    }
+
+    /// Replaces each `env:` and `file:` reference by what it refers to. References to a
+    /// secrets store (`aws-secretsmanager:`) are left for [`Config::remote_secrets`].
+    fn resolve_secrets(&mut self, env: &HashMap<String, String>) -> Result<(), ConfigError> {
+        for (key, value) in self.secret_slots() {
             *value = secrets::resolve(&key, value, env)?;
         }
+        if !self.has_remote_secrets() {
+            self.validate_secrets()?;
+        }
+        Ok(())
+    }
+
+    /// The secret keys that refer to a secrets store (`aws-secretsmanager:NAME#KEY`), each
+    /// with its reference, to be replaced by the value; then [`Config::validate_secrets`].
+    pub fn remote_secrets(&mut self) -> Vec<(String, &mut String)> {
+        self.secret_slots()
+            .into_iter()
+            .filter(|(_, v)| matches!(SecretRef::parse(v), SecretRef::AwsSecretsManager(_)))
+            .collect()
+    }
+
+    fn has_remote_secrets(&mut self) -> bool {
+        !self.remote_secrets().is_empty()
+    }
+
+    /// The checks that need the secrets' values (a replica URL given by reference).
+    pub fn validate_secrets(&self) -> Result<(), ConfigError> {
         if let Some(r) = &self.replica {
             r.validate()?;
         }
@@ -850,6 +891,26 @@ mod tests {
         assert_eq!(a.headers["Authorization"].expose(), "Bearer x");
         let err = parse(&text, &[]).unwrap_err();
         assert!(err.to_string().contains("alerts.webhook-url"), "{err}");
+    }
+
+    #[test]
+    fn kafka_secrets_take_references_and_aws_ones_are_left_for_the_service() {
+        let text = format!(
+            "{BASE}[kafka.security]\nprotocol = \"sasl-ssl\"\nmechanism = \"scram-sha-512\"\nusername = \"ls\"\npassword = \"env:KAFKA_PW\"\n[replica]\nurl = \"postgres://ls@db/r\"\npassword = \"aws-secretsmanager:prod/db#password\"\n"
+        );
+        let mut c = parse(&text, &[("KAFKA_PW", "k-secret")]).expect("valid");
+        let k = c.kafka.security.as_ref().expect("security");
+        assert_eq!(k.password.as_ref().map(Secret::expose), Some("k-secret"));
+        let remote = c.remote_secrets();
+        assert_eq!(remote.len(), 1);
+        assert_eq!(remote[0].0, "replica.password");
+        assert_eq!(remote[0].1, "aws-secretsmanager:prod/db#password");
+        let empty = text.replace("prod/db#password", "#password");
+        let err = parse(&empty, &[("KAFKA_PW", "k")]).unwrap_err().to_string();
+        assert!(
+            err.contains("no secret name after `aws-secretsmanager:`"),
+            "{err}"
+        );
     }
 
     #[test]

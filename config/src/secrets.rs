@@ -1,8 +1,9 @@
 //! Secrets by reference: a secret key's value may be `env:NAME` (the variable's value),
 //! `file:/path` (the file's content, one trailing newline removed) or `literal:TEXT` (TEXT as
-//! is, for a value that itself starts with `env:`, `file:` or `literal:`). Anything else is the
-//! value itself. References are resolved once, at load time; errors name the key and the
-//! reference, never a value.
+//! is, for a value that itself starts with `env:`, `file:` or `literal:`), or
+//! `aws-secretsmanager:NAME[#KEY]` (AWS Secrets Manager, fetched by the service right after
+//! loading). Anything else is the value itself. References are resolved once, at load time;
+//! errors name the key and the reference, never a value.
 
 use std::collections::HashMap;
 
@@ -14,6 +15,9 @@ pub enum SecretRef<'a> {
     Env(&'a str),
     File(&'a str),
     Literal(&'a str),
+    /// `aws-secretsmanager:NAME` (the secret's string) or `aws-secretsmanager:NAME#KEY` (a
+    /// key of the JSON object it holds), fetched by the service after loading.
+    AwsSecretsManager(&'a str),
 }
 
 impl<'a> SecretRef<'a> {
@@ -22,6 +26,8 @@ impl<'a> SecretRef<'a> {
             SecretRef::Env(name)
         } else if let Some(path) = text.strip_prefix("file:") {
             SecretRef::File(path)
+        } else if let Some(rest) = text.strip_prefix(AWS_SECRETS_MANAGER) {
+            SecretRef::AwsSecretsManager(rest)
         } else if let Some(rest) = text.strip_prefix("literal:") {
             SecretRef::Literal(rest)
         } else {
@@ -33,10 +39,12 @@ impl<'a> SecretRef<'a> {
     pub fn is_reference(text: &str) -> bool {
         matches!(
             SecretRef::parse(text),
-            SecretRef::Env(_) | SecretRef::File(_)
+            SecretRef::Env(_) | SecretRef::File(_) | SecretRef::AwsSecretsManager(_)
         )
     }
 }
+
+pub const AWS_SECRETS_MANAGER: &str = "aws-secretsmanager:";
 
 /// Resolves `text` for `key`; `env` is the environment the config was loaded with.
 pub(crate) fn resolve(
@@ -51,6 +59,15 @@ pub(crate) fn resolve(
     };
     match SecretRef::parse(text) {
         SecretRef::Literal(v) => Ok(v.to_owned()),
+        SecretRef::AwsSecretsManager(name) => {
+            if name.is_empty() || name.starts_with('#') {
+                return Err(fail(format!(
+                    "no secret name after `{AWS_SECRETS_MANAGER}` ({AWS_SECRETS_MANAGER}NAME or {AWS_SECRETS_MANAGER}NAME#KEY)"
+                )));
+            }
+            // Fetched from AWS by the service once loaded: left as written.
+            Ok(text.to_owned())
+        }
         SecretRef::Env(name) => {
             if name.is_empty() {
                 return Err(fail("no variable name after `env:`".into()));

@@ -1,5 +1,6 @@
 //! The `lakesink` binary.
 
+mod aws_secrets;
 mod check;
 mod dead_letter;
 mod headers;
@@ -130,7 +131,7 @@ async fn start() -> anyhow::Result<ExitCode> {
             });
         }
     };
-    let config = load(&path);
+    let config = load(&path).await;
     init_logs(
         config
             .as_ref()
@@ -191,17 +192,23 @@ async fn start() -> anyhow::Result<ExitCode> {
 
 /// An error and its causes on one line, each said once: a cause whose text the layer above
 /// already includes is left out.
-/// The config at `path`; its error names the file once (a parse error names it already).
-pub(crate) fn load(path: &std::path::Path) -> anyhow::Result<Config> {
-    Config::load(path).map_err(|e| match e {
+/// The config at `path`, its AWS Secrets Manager references fetched; its error names the
+/// file once (a parse error names it already).
+pub(crate) async fn load(path: &std::path::Path) -> anyhow::Result<Config> {
+    let mut config = Config::load(path).map_err(|e| match e {
         lakesink_config::ConfigError::Parse { .. } | lakesink_config::ConfigError::Read { .. } => {
             anyhow::Error::new(e)
         }
         e => anyhow::Error::new(e).context(format!("loading {}", path.display())),
-    })
+    })?;
+    // Boxed: the AWS configuration loader's future is large, and rarely needed.
+    Box::pin(aws_secrets::resolve(&mut config))
+        .await
+        .with_context(|| format!("loading {}", path.display()))?;
+    Ok(config)
 }
 
-fn describe(e: &anyhow::Error) -> String {
+pub(crate) fn describe(e: &anyhow::Error) -> String {
     let mut out = String::new();
     let mut last = String::new();
     for cause in e.chain() {

@@ -240,6 +240,20 @@ impl<'a> Cfg<'a> {
                     ));
                     format!("file:{file}")
                 }
+                // MSK's and Lenses' AWS Secrets Manager providers: `${…:NAME:KEY}` is KEY of
+                // the JSON secret NAME, `${…:NAME}` the whole secret.
+                "secretsmanager" | "aws" | "aws-secretsmanager" => {
+                    let reference = if path.is_empty() {
+                        format!("aws-secretsmanager:{name}")
+                    } else {
+                        format!("aws-secretsmanager:{path}#{name}")
+                    };
+                    self.note(format!(
+                        "{lakesink_key} = \"{reference}\": read from AWS Secrets Manager at load time, as `{value}` of {} was",
+                        self.file
+                    ));
+                    reference
+                }
                 "file" => fallback(
                     self,
                     format!(
@@ -332,8 +346,20 @@ mod tests {
         let (r, notes) = secret_of("${file:/etc/c.properties:pw}");
         assert_eq!(r, "env:VAR");
         assert!(notes[0].contains("${file:/etc/c.properties:pw}"));
-        let (r, notes) = secret_of("${secretsmanager:db:password}");
+        // AWS Secrets Manager, as MSK's and Lenses' config providers name it.
+        let (r, notes) = secret_of("${secretsmanager:prod/db:password}");
+        assert_eq!(r, "aws-secretsmanager:prod/db#password");
+        assert!(notes[0].contains("AWS Secrets Manager"), "{notes:?}");
+        assert_eq!(
+            secret_of("${aws:prod/db:password}").0,
+            "aws-secretsmanager:prod/db#password"
+        );
+        assert_eq!(
+            secret_of("${secretsmanager:prod/db-password}").0,
+            "aws-secretsmanager:prod/db-password"
+        );
+        let (r, notes) = secret_of("${vault:secret/db:password}");
         assert_eq!(r, "env:VAR");
-        assert!(notes[0].contains("secretsmanager"));
+        assert!(notes[0].contains("no `vault` provider"), "{notes:?}");
     }
 }

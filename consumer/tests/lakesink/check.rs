@@ -514,3 +514,120 @@ fn check_asks_for_the_connector_of_flattened_records() {
         "{wrong}"
     );
 }
+
+/// moto's server (PyPI), speaking the AWS Secrets Manager API on loopback; killed on drop.
+struct SecretsManager {
+    child: std::process::Child,
+    endpoint: String,
+}
+
+impl SecretsManager {
+    fn start(stack: &Stack) -> Self {
+        let addr = crate::common::free_port();
+        let child = Command::new(&stack.python)
+            .args(["-m", "moto.server", "-H", "127.0.0.1", "-p"])
+            .arg(addr.port().to_string())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{}: {e}: run `dev/stack install` (moto)", stack.python));
+        let endpoint = format!("http://{addr}");
+        let up = (0..100).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            std::net::TcpStream::connect(addr).is_ok()
+        });
+        assert!(up, "moto's server did not listen on {addr}");
+        Self { child, endpoint }
+    }
+
+    fn put(&self, stack: &Stack, name: &str, value: &str) {
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/python/secretsmanager.py"
+        );
+        let status = Command::new(&stack.python)
+            .args([script, &self.endpoint, name, value])
+            .status()
+            .expect("python runs");
+        assert!(status.success(), "creating secret {name}");
+    }
+}
+
+impl Drop for SecretsManager {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `replica.password = "aws-secretsmanager:NAME#password"`: the password is read from AWS
+/// Secrets Manager (moto's server) at load time through the AWS credential chain, and a key
+/// the secret lacks is named, with the secret's keys and none of its values.
+#[tokio::test(flavor = "multi_thread")]
+async fn secrets_come_from_aws_secrets_manager() {
+    let stack = Stack::from_env();
+    let topic = unique("check-secrets");
+    create_topic(&stack, &topic).await;
+    let (pg_url, pg_password) = split_password(&stack.replica_pg_url);
+    let aws = SecretsManager::start(&stack);
+    let name = unique("lakesink/replica");
+    aws.put(
+        &stack,
+        &name,
+        &format!(
+            r#"{{"username": "lakesink", "password": "{pg_password}", "note": "not-for-logs-7f3a"}}"#
+        ),
+    );
+    let settings = Settings {
+        topic,
+        brokers: stack.kafka_brokers.clone(),
+        registry: stack.registry_url.clone(),
+        s3_endpoint: stack.s3_endpoint.clone(),
+        s3_secret: stack.s3_secret_access_key.clone(),
+        pg_url,
+    };
+    let path = write_config(&stack, &settings);
+    let check = |reference: &str| {
+        let toml = std::fs::read_to_string(&path).expect("config");
+        let toml = toml.replace(
+            "password = \"env:CHECK_PG_PASSWORD\"",
+            &format!("password = \"aws-secretsmanager:{reference}\""),
+        );
+        let path = path.with_file_name(unique("aws") + ".toml");
+        std::fs::write(&path, toml).expect("write");
+        let out = lakesink(
+            &["check", "--config", path.to_str().expect("utf-8")],
+            &[
+                ("CHECK_S3_SECRET", &stack.s3_secret_access_key),
+                ("AWS_ENDPOINT_URL_SECRETS_MANAGER", &aws.endpoint),
+                ("AWS_ACCESS_KEY_ID", "testing"),
+                ("AWS_SECRET_ACCESS_KEY", "testing"),
+                ("AWS_REGION", "us-east-1"),
+                ("AWS_EC2_METADATA_DISABLED", "true"),
+            ],
+        );
+        let (stdout, stderr) = text(&out);
+        (out.status.success(), format!("{stdout}{stderr}"))
+    };
+    let (ok, report) = check(&format!("{name}#password"));
+    assert!(ok, "{report}");
+    assert!(line(&report, "OK", "database").is_some(), "{report}");
+
+    let (ok, report) = check(&format!("{name}#pw"));
+    assert!(!ok, "{report}");
+    let fail = line(&report, "FAIL", "config").unwrap_or_else(|| panic!("{report}"));
+    assert!(fail.contains("replica.password"), "{fail}");
+    assert!(
+        fail.contains("its keys: note, password, username"),
+        "{fail}"
+    );
+    assert!(
+        !report.contains("not-for-logs-7f3a"),
+        "no value shown:\n{report}"
+    );
+
+    let (ok, report) = check("lakesink/no-such-secret#password");
+    assert!(!ok, "{report}");
+    let fail = line(&report, "FAIL", "config").unwrap_or_else(|| panic!("{report}"));
+    assert!(fail.contains("ResourceNotFoundException"), "{fail}");
+    assert!(fail.contains("lakesink/no-such-secret"), "{fail}");
+}
