@@ -139,6 +139,8 @@ pub struct Committed<'a> {
     /// Values rounded to the column's precision, and unknown values kept, per column.
     pub rounded: Vec<crate::Rounded>,
     pub unknown: Vec<crate::Rounded>,
+    /// Bytes of COPY data the transaction sent (the rows, in PostgreSQL's binary format).
+    pub bytes: u64,
 }
 
 /// Where a sink stands on a partition, from its own durable store (the raw layer's positions

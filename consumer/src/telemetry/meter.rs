@@ -8,7 +8,7 @@ use lakesink_writers::sink::{Committed, Meter};
 
 use super::Telemetry;
 use super::metrics::{SinkLabels, TableColumnLabels, TopicLabels};
-use super::status::RAW;
+use super::status::{RAW, REPLICA};
 
 impl Meter for Telemetry {
     fn raw_uploaded(&self, sealed: Duration, file_sizes: &[u64]) {
@@ -34,6 +34,9 @@ impl Meter for Telemetry {
     fn replica_committed(&self, c: &Committed<'_>) {
         let m = &self.metrics;
         m.replica_commit_seconds.observe(c.took.as_secs_f64());
+        m.sink_bytes
+            .get_or_create(&SinkLabels { sink: REPLICA })
+            .inc_by(c.bytes);
         for (counts, family) in [
             (&c.rounded, &m.replica_values_rounded),
             (&c.unknown, &m.replica_values_unknown),

@@ -142,7 +142,7 @@ impl Metrics {
         let sink_bytes = Family::<SinkLabels, Counter>::default();
         registry.register_with_unit(
             "sink",
-            "Bytes a sink made durable (raw: Parquet files visible in the store)",
+            "Bytes a sink made durable (raw: Parquet files visible in the store; replica: COPY data of committed transactions)",
             Unit::Bytes,
             sink_bytes.clone(),
         );

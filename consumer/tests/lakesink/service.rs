@@ -195,10 +195,10 @@ async fn the_http_endpoint_reports_what_the_pipeline_did() {
         assert_eq!(metric(&m, &failed), Some(0.0), "{sink}: {m}");
     }
     assert_eq!(metric(&m, "lakesink_kafka_reachable"), Some(1.0), "{m}");
-    assert!(
-        metric(&m, "lakesink_sink_bytes_total{sink=\"raw\"}").is_some_and(|b| b > 0.0),
-        "{m}"
-    );
+    for sink in ["raw", "replica"] {
+        let bytes = format!("lakesink_sink_bytes_total{{sink=\"{sink}\"}}");
+        assert!(metric(&m, &bytes).is_some_and(|b| b > 0.0), "{sink}: {m}");
+    }
     assert!(
         metric(&m, "process_resident_memory_bytes").is_some_and(|b| b > 0.0),
         "{m}"

@@ -51,6 +51,8 @@ pub(crate) struct Counts {
     /// unchanged TOASTed column of a key change, or of an update, whose old row it did not
     /// hold).
     pub unknown: Vec<(String, u64)>,
+    /// Bytes of COPY data sent (the table's own and its staging table's).
+    pub copied_bytes: u64,
 }
 
 /// Per column whose values the replica rounds to the microsecond (text PostgreSQL rounds,
@@ -247,7 +249,7 @@ pub(crate) async fn apply_table(
         return Ok(counts);
     }
     let stage = quote(&format!("lakesink_stage_{seq}"));
-    a.stage(conn, &stage, &done).await?;
+    counts.copied_bytes += a.stage(conn, &stage, &done).await?;
     crate::failpoint::hit(crate::failpoint::REPLICA_AFTER_COPY);
     let any_delete = a.rows.iter().any(|r| r.grp == 0);
     a.fill_moved(conn, &stage, &mut counts).await?;
@@ -517,7 +519,8 @@ impl Apply<'_, '_> {
                 self.write_fields(buf, row, false)
             });
             match copied.await {
-                Ok(()) => {
+                Ok(bytes) => {
+                    counts.copied_bytes += bytes;
                     if fresh {
                         savepoint(conn, "RELEASE SAVEPOINT lakesink_fresh")
                             .await
@@ -547,7 +550,7 @@ impl Apply<'_, '_> {
         conn: &mut PgConnection,
         stage: &str,
         done: &[bool],
-    ) -> Result<(), ReplicaError> {
+    ) -> Result<u64, ReplicaError> {
         let work = self.work;
         let moves = self.groups.iter().any(Group::moves);
         let mut defs = vec!["grp integer".to_owned()];
@@ -822,15 +825,16 @@ impl CopyError {
 }
 
 /// Runs `sql` (a binary `COPY … FROM STDIN`) with `rows`, each written by `put`, sent in
-/// chunks of about [`CHUNK`].
+/// chunks of about [`CHUNK`]; the bytes sent.
 async fn copy_rows<'r, 'k: 'r>(
     conn: &mut PgConnection,
     sql: &str,
     rows: impl Iterator<Item = &'r Row<'k>>,
     mut put: impl FnMut(&mut CopyBuf, &Row<'k>) -> Result<(), ReplicaError>,
-) -> Result<(), CopyError> {
+) -> Result<u64, CopyError> {
     let mut copy = conn.copy_in_raw(sql).await.map_err(CopyError::Db)?;
     let mut buf = CopyBuf::new();
+    let mut sent = 0u64;
     for row in rows {
         if let Err(e) = put(&mut buf, row) {
             let _ = copy.abort("lakesink: bad row").await;
@@ -838,11 +842,15 @@ async fn copy_rows<'r, 'k: 'r>(
         }
         if buf.buf.len() >= CHUNK {
             let chunk = std::mem::take(&mut buf.buf);
+            sent += chunk.len() as u64;
             copy.send(chunk).await.map_err(CopyError::Db)?;
         }
     }
-    copy.send(buf.finish()).await.map_err(CopyError::Db)?;
-    copy.finish().await.map(|_| ()).map_err(CopyError::Db)
+    let last = buf.finish();
+    sent += last.len() as u64;
+    copy.send(last).await.map_err(CopyError::Db)?;
+    copy.finish().await.map_err(CopyError::Db)?;
+    Ok(sent)
 }
 
 async fn savepoint(conn: &mut PgConnection, sql: &'static str) -> Result<(), sqlx::Error> {

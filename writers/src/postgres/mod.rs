@@ -83,6 +83,8 @@ pub struct PgReplicator {
     rounded: Mutex<BTreeMap<(String, String), u64>>,
     /// Values written NULL as unknown, likewise until [`Self::take_unknown`].
     unknown: Mutex<BTreeMap<(String, String), u64>>,
+    /// COPY bytes of committed applies, until [`Self::take_copied_bytes`].
+    copied_bytes: std::sync::atomic::AtomicU64,
 }
 
 /// Applies that skip the plain insert on a table after it met a stored key.
@@ -148,6 +150,7 @@ impl PgReplicator {
             no_plain_insert: Mutex::new(HashMap::new()),
             rounded: Mutex::new(BTreeMap::new()),
             unknown: Mutex::new(BTreeMap::new()),
+            copied_bytes: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -213,6 +216,7 @@ impl PgReplicator {
         let mut changed: Vec<(TableName, Arc<TableMeta>)> = Vec::new();
         let mut rounded: Vec<(String, String, u64)> = Vec::new();
         let mut unknown: Vec<(String, String, u64)> = Vec::new();
+        let mut copied_bytes = 0u64;
         for (seq, mut work) in works.into_iter().enumerate() {
             let cached = self.cached(&work.name);
             let existing = match cached {
@@ -245,6 +249,7 @@ impl PgReplicator {
             if counts.fresh_conflict {
                 self.pause_plain_insert(&name);
             }
+            copied_bytes += counts.copied_bytes;
             for (column, n) in &counts.rounded {
                 rounded.push((name.to_string(), column.clone(), *n));
             }
@@ -278,6 +283,8 @@ impl PgReplicator {
         if let Ok(mut tables) = self.tables.lock() {
             tables.extend(changed);
         }
+        self.copied_bytes
+            .fetch_add(copied_bytes, std::sync::atomic::Ordering::Relaxed);
         for (counts, totals) in [(rounded, &self.rounded), (unknown, &self.unknown)] {
             if !counts.is_empty()
                 && let Ok(mut totals) = totals.lock()
@@ -308,6 +315,12 @@ impl PgReplicator {
     /// the replica did not hold (docs/replica.md). For a metric.
     pub fn take_unknown(&self) -> Vec<Rounded> {
         take(&self.unknown)
+    }
+
+    /// The bytes of COPY data in applies committed since the last call.
+    pub fn take_copied_bytes(&self) -> u64 {
+        self.copied_bytes
+            .swap(0, std::sync::atomic::Ordering::Relaxed)
     }
 
     fn cached(&self, name: &TableName) -> Option<Arc<TableMeta>> {

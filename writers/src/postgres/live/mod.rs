@@ -271,6 +271,7 @@ async fn apply(
         batches,
         rounded: replicator.take_rounded(),
         unknown: replicator.take_unknown(),
+        bytes: replicator.take_copied_bytes(),
     });
     Ok(applied)
 }
