@@ -894,6 +894,39 @@ mod tests {
     }
 
     #[test]
+    fn the_raw_url_is_checked_at_load() {
+        for (url, said) in [
+            (
+                "s3:/lakesink",
+                "`s3:/lakesink` is not a URL (s3://bucket/prefix",
+            ),
+            (
+                "s3:///prefix",
+                "`s3:///prefix` names no bucket (e.g. s3://bucket/prefix)",
+            ),
+            (
+                "ftp://host/x",
+                "`ftp://host/x`: lakesink writes to s3, s3a, gs, az",
+            ),
+        ] {
+            let err = parse(&format!("{BASE}[raw]\nurl = \"{url}\"\n"), &[])
+                .unwrap_err()
+                .to_string();
+            assert!(err.starts_with("config field `raw.url`: "), "{err}");
+            assert!(err.contains(said), "{err}");
+        }
+        for url in [
+            "s3://b/p",
+            "file:///tmp/raw",
+            "memory://",
+            "gs://b",
+            "az://c/p",
+        ] {
+            parse(&format!("{BASE}[raw]\nurl = \"{url}\"\n"), &[]).expect(url);
+        }
+    }
+
+    #[test]
     fn kafka_secrets_take_references_and_aws_ones_are_left_for_the_service() {
         let text = format!(
             "{BASE}[kafka.security]\nprotocol = \"sasl-ssl\"\nmechanism = \"scram-sha-512\"\nusername = \"ls\"\npassword = \"env:KAFKA_PW\"\n[replica]\nurl = \"postgres://ls@db/r\"\npassword = \"aws-secretsmanager:prod/db#password\"\n"

@@ -197,6 +197,60 @@ fn default_marker_prefix() -> String {
 
 const MIN_PART: usize = 5 * 1024 * 1024;
 
+/// The schemes the raw layer writes to, and an example of each.
+const STORES: [(&str, &str); 8] = [
+    ("s3", "s3://bucket/prefix"),
+    ("s3a", "s3a://bucket/prefix"),
+    ("gs", "gs://bucket/prefix"),
+    ("az", "az://container/prefix"),
+    (
+        "abfs",
+        "abfs://container@account.dfs.core.windows.net/prefix",
+    ),
+    (
+        "abfss",
+        "abfss://container@account.dfs.core.windows.net/prefix",
+    ),
+    ("file", "file:///var/lib/lakesink/raw"),
+    ("memory", "memory://"),
+];
+
+/// `raw.url` names a store lakesink writes to, with a bucket where one is needed: checked at
+/// load, so `s3:/bucket` fails here rather than at the first file.
+fn check_url(url: &str) -> Result<(), ConfigError> {
+    let examples = || {
+        STORES
+            .iter()
+            .filter(|(s, _)| ["s3", "gs", "az", "file"].contains(s))
+            .map(|(_, e)| *e)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let bad = |reason: String| {
+        Err(ConfigError::Invalid {
+            field: "raw.url",
+            reason,
+        })
+    };
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return bad(format!("`{url}` is not a URL ({})", examples()));
+    };
+    if !STORES.iter().any(|(s, _)| *s == scheme) {
+        return bad(format!(
+            "`{url}`: lakesink writes to {} ({})",
+            STORES.map(|(s, _)| s).join(", "),
+            examples()
+        ));
+    }
+    let bucket = rest.split('/').next().unwrap_or("");
+    if !["file", "memory"].contains(&scheme) && bucket.is_empty() {
+        return bad(format!(
+            "`{url}` names no bucket (e.g. {scheme}://bucket/prefix)"
+        ));
+    }
+    Ok(())
+}
+
 impl RawConfig {
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |field, reason: &str| {
@@ -205,6 +259,7 @@ impl RawConfig {
                 reason: reason.to_owned(),
             })
         };
+        check_url(&self.url)?;
         if self.flush_size == 0 {
             return invalid("raw.flush-size", "must be at least 1");
         }
