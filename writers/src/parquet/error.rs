@@ -86,8 +86,10 @@ impl StoreFailure {
             refused: false,
         }
     }
+}
 
-    pub fn fault(&self) -> Fault {
+impl Classify for StoreFailure {
+    fn fault(&self) -> Fault {
         if self.refused {
             Fault::Refused(Some(System::ObjectStore))
         } else {
@@ -95,6 +97,8 @@ impl StoreFailure {
         }
     }
 }
+
+impl std::error::Error for StoreFailure {}
 
 impl std::fmt::Display for StoreFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

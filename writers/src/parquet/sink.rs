@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
+use lakesink_model::{Backoff, retrying};
 use tracing::warn;
 
 use super::outage::RawOutage;
@@ -262,8 +263,10 @@ impl Resume for RawResume {
     /// `held` from the store is the durable point and the end of all it ever cut, which no
     /// offset lakesink commits can pass. A committed offset past that end was moved by
     /// something else (a group reset, an offset tool, another client): the partition is read
-    /// again from the raw layer's own point, never skipped. A failed lookup falls back to
-    /// Kafka's offset (what every version before positions did), loudly.
+    /// again from the raw layer's own point, never skipped. A lookup the store does not answer
+    /// is retried (the consumer waits, as for the replica's offsets); one it refuses stops the
+    /// run. Only a raw layer with no position and no marker at all (written before positions,
+    /// or empty) starts at Kafka's offset.
     fn held<'a>(
         &'a self,
         part: &'a TopicPartition,
@@ -271,18 +274,17 @@ impl Resume for RawResume {
         mark: Option<i64>,
     ) -> BoxFuture<'a, Result<Held, SinkError>> {
         Box::pin(async move {
-            let held: Option<RawHeld> = match self.positions.held(&part.topic, part.partition).await
-            {
-                Ok(held) => held,
-                Err(e) if e.refused => {
-                    return Err(SinkError::with_fault(RAW, e.fault(), e.reason));
-                }
-                Err(e) => {
-                    warn!(topic = %part.topic, partition = part.partition, error = %e,
-                        "reading the raw layer's position; starting at the group's committed offset");
-                    None
-                }
-            };
+            // Retried while the store does not answer, as the replica's offsets are: starting
+            // at the group's committed offset instead could pass what the raw layer lacks.
+            let held: Option<RawHeld> = retrying(
+                Backoff::DEFAULT,
+                &*self.meter,
+                Some(RAW),
+                "reading the raw layer's position",
+                || self.positions.held(&part.topic, part.partition),
+            )
+            .await
+            .map_err(|e| SinkError::new(RAW, e))?;
             let durable = match (held.and_then(|h| h.durable), mark) {
                 (Some(a), Some(b)) => Some(a.max(b)),
                 (a, b) => a.or(b),
