@@ -66,13 +66,13 @@ async fn bounded<T>(what: &str, f: impl Future<Output = Result<T, String>>) -> R
 /// true when none failed.
 pub(crate) async fn run(path: &Path, source_connectors: &[std::path::PathBuf]) -> bool {
     let mut report = Report { failed: false };
-    let config = match crate::load(path).await {
+    let config = match crate::loading::load(path).await {
         Ok(c) => {
             report.line(Status::Ok, "config", &format!("{} loads", path.display()));
             c
         }
         Err(e) => {
-            report.line(Status::Fail, "config", &crate::describe(&e));
+            report.line(Status::Fail, "config", &crate::loading::describe(&e));
             return false;
         }
     };

@@ -7,6 +7,7 @@ mod headers;
 mod import;
 mod kafka;
 mod kafka_auth;
+mod loading;
 mod offsets;
 mod pipeline;
 mod progress;
@@ -35,6 +36,7 @@ use lakesink_writers::postgres::{Rejects, ReplicaSink};
 use lakesink_writers::sink::{Meter, Sink, SinkError};
 
 use dead_letter::DeadLetters;
+use loading::{describe, load};
 use telemetry::alerts::Alerter;
 use telemetry::status::{RAW, REPLICA};
 use telemetry::{Component, Telemetry};
@@ -188,41 +190,6 @@ async fn start() -> anyhow::Result<ExitCode> {
         }
     }
     result.map(|()| ExitCode::SUCCESS)
-}
-
-/// An error and its causes on one line, each said once: a cause whose text the layer above
-/// already includes is left out.
-/// The config at `path`, its AWS Secrets Manager references fetched; its error names the
-/// file once (a parse error names it already).
-pub(crate) async fn load(path: &std::path::Path) -> anyhow::Result<Config> {
-    let mut config = Config::load(path).map_err(|e| match e {
-        lakesink_config::ConfigError::Parse { .. } | lakesink_config::ConfigError::Read { .. } => {
-            anyhow::Error::new(e)
-        }
-        e => anyhow::Error::new(e).context(format!("loading {}", path.display())),
-    })?;
-    // Boxed: the AWS configuration loader's future is large, and rarely needed.
-    Box::pin(aws_secrets::resolve(&mut config))
-        .await
-        .with_context(|| format!("loading {}", path.display()))?;
-    Ok(config)
-}
-
-pub(crate) fn describe(e: &anyhow::Error) -> String {
-    let mut out = String::new();
-    let mut last = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        if text.is_empty() || last.contains(&text) {
-            continue;
-        }
-        if !out.is_empty() {
-            out.push_str(": ");
-        }
-        out.push_str(&text);
-        last = text;
-    }
-    out
 }
 
 async fn run(config: &Config, telemetry: Arc<Telemetry>) -> anyhow::Result<()> {

@@ -91,7 +91,7 @@ fn redact(url: &str) -> String {
 }
 
 pub(crate) async fn run(args: ReplayArgs) -> anyhow::Result<()> {
-    let config = crate::load(&args.config).await?;
+    let config = crate::loading::load(&args.config).await?;
     lakesink_writers::failpoint::arm(lakesink_config::failpoints_from_env())?;
     let raw_config = config
         .raw
