@@ -159,6 +159,43 @@ allow-http = true
         }
     }
 
+    /// A client of the run's group that never joins it: for reading and moving its offsets.
+    fn group_client(&self) -> BaseConsumer {
+        ClientConfig::new()
+            .set("bootstrap.servers", &self.stack.kafka_brokers)
+            .set("group.id", &self.group)
+            .create()
+            .expect("consumer")
+    }
+
+    /// Waits until the group's committed offsets are `end`; panics with the log after `within`.
+    pub async fn wait_committed(&self, end: &BTreeMap<i32, i64>, within: Duration, when: &str) {
+        let deadline = Instant::now() + within;
+        while self.committed() != *end {
+            assert!(
+                Instant::now() < deadline,
+                "offsets {:?} never reached {end:?} {when}; log:\n{}",
+                self.committed(),
+                self.log_tail()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Commits `offsets` for the run's group, as an offset tool or another client would.
+    pub fn move_group(&self, offsets: &BTreeMap<i32, i64>) {
+        use rdkafka::consumer::CommitMode;
+        let consumer = self.group_client();
+        let mut list = TopicPartitionList::new();
+        for (&p, &o) in offsets {
+            list.add_partition_offset(&self.topic, p, Offset::Offset(o))
+                .expect("offset");
+        }
+        consumer
+            .commit(&list, CommitMode::Sync)
+            .expect("commit for the group");
+    }
+
     fn log_path(&self) -> PathBuf {
         self.config.with_file_name("lakesink.log")
     }
@@ -224,11 +261,7 @@ allow-http = true
 
     /// Each partition's committed offset and the metadata committed with it.
     pub fn committed_with_metadata(&self) -> BTreeMap<i32, (i64, String)> {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &self.stack.kafka_brokers)
-            .set("group.id", &self.group)
-            .create()
-            .expect("consumer");
+        let consumer = self.group_client();
         let mut list = TopicPartitionList::new();
         for p in 0..self.partitions {
             list.add_partition(&self.topic, p);

@@ -67,25 +67,6 @@ async fn a_crash_in_the_middle_of_a_multipart_upload_loses_nothing() {
     assert_exactly_once(&got, &want);
 }
 
-/// Commits `offsets` for the run's group, as an offset tool or another client would.
-fn move_group(run: &Run, offsets: &std::collections::BTreeMap<i32, i64>) {
-    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-    use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &run.stack.kafka_brokers)
-        .set("group.id", &run.group)
-        .create()
-        .expect("consumer");
-    let mut list = TopicPartitionList::new();
-    for (&p, &o) in offsets {
-        list.add_partition_offset(&run.topic, p, Offset::Offset(o))
-            .expect("offset");
-    }
-    consumer
-        .commit(&list, CommitMode::Sync)
-        .expect("commit for the group");
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_committed_offset_moved_past_the_raw_layer_is_read_again_not_skipped() {
     let stack = Stack::from_env();
@@ -107,7 +88,7 @@ async fn a_committed_offset_moved_past_the_raw_layer_is_read_again_not_skipped()
     let (want, end) = expected(partitions, 2_000);
     let moved: std::collections::BTreeMap<i32, i64> =
         end.iter().map(|(&p, &n)| (p, n - 100)).collect();
-    move_group(&run, &moved);
+    run.move_group(&moved);
     run.run_to_end(&end);
     let (got, _) = run.rows().await;
     assert_exactly_once(&got, &want);
