@@ -86,16 +86,7 @@ impl Connector {
             resp.text().await.unwrap_or_default()
         );
         let running = eventually(Duration::from_secs(90), || async {
-            let status: Value = c
-                .http
-                .get(format!("{}/status", c.url()))
-                .send()
-                .await
-                .ok()?
-                .json()
-                .await
-                .ok()?;
-            (status["tasks"][0]["state"] == "RUNNING").then_some(())
+            (task_state(&c.http, &c.url()).await.as_deref() == Some("RUNNING")).then_some(())
         })
         .await;
         assert!(
@@ -197,6 +188,20 @@ impl Connector {
         .await
         .expect("drop publication");
     }
+}
+
+/// The state of the first task of the connector at `url` (`…/connectors/<name>`), if Connect
+/// answers.
+pub async fn task_state(http: &reqwest::Client, url: &str) -> Option<String> {
+    let status: Value = http
+        .get(format!("{url}/status"))
+        .send()
+        .await
+        .ok()?
+        .json()
+        .await
+        .ok()?;
+    status["tasks"][0]["state"].as_str().map(str::to_owned)
 }
 
 /// How long a test waits for the next record of a running connector before it gives up.
@@ -349,15 +354,7 @@ pub async fn wait_streaming(stack: &Stack, http: &reqwest::Client, url: &str, sl
         if active == Some(true) {
             return Some(());
         }
-        let status: Value = http
-            .get(format!("{url}/status"))
-            .send()
-            .await
-            .ok()?
-            .json()
-            .await
-            .ok()?;
-        (status["tasks"][0]["state"] != "RUNNING").then_some(())
+        (task_state(http, url).await?.as_str() != "RUNNING").then_some(())
     })
     .await;
     pg.close().await;

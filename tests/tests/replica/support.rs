@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use lakesink_config::ReplicaConfig;
 use lakesink_schema_registry::ChangeBatch;
-use lakesink_tests::debezium::{NO_PROGRESS, connector_status, decode_all, wait_streaming};
+use lakesink_tests::debezium::{
+    NO_PROGRESS, connector_status, decode_all, task_state, wait_streaming,
+};
 use lakesink_tests::{Stack, eventually, unique, unreachable};
 use lakesink_writers::PgReplicator;
 use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
@@ -202,16 +204,7 @@ impl Capture {
             resp.text().await.unwrap_or_default()
         );
         let running = eventually(Duration::from_secs(90), || async {
-            let status: Value = c
-                .http
-                .get(format!("{}/status", c.url()))
-                .send()
-                .await
-                .ok()?
-                .json()
-                .await
-                .ok()?;
-            (status["tasks"][0]["state"] == "RUNNING").then_some(())
+            (task_state(&c.http, &c.url()).await.as_deref() == Some("RUNNING")).then_some(())
         })
         .await;
         if running.is_none() {
