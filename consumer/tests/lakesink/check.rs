@@ -531,11 +531,11 @@ impl SecretsManager {
             .spawn()
             .unwrap_or_else(|e| panic!("{}: {e}: run `dev/stack install` (moto)", stack.python));
         let endpoint = format!("http://{addr}");
-        let up = (0..100).any(|_| {
+        let up = (0..300).any(|_| {
             std::thread::sleep(std::time::Duration::from_millis(100));
             std::net::TcpStream::connect(addr).is_ok()
         });
-        assert!(up, "moto's server did not listen on {addr}");
+        assert!(up, "moto's server did not listen on {addr} within 30 s");
         Self { child, endpoint }
     }
 
