@@ -54,6 +54,10 @@ pub struct Config {
     /// Bad records: stop (the default) or send them to a dead-letter topic.
     #[serde(default)]
     pub errors: ErrorsConfig,
+    /// The secret keys written as `aws-secretsmanager:` references, until they are fetched
+    /// (a `literal:aws-secretsmanager:…` secret resolves to the same text and is not one).
+    #[serde(skip)]
+    remote: Vec<String>,
 }
 
 /// Where records come from: one consumer group over a topic list or a regex.
@@ -378,26 +382,28 @@ impl Config {
     /// Replaces each `env:` and `file:` reference by what it refers to. References to a
     /// secrets store (`aws-secretsmanager:`) are left for [`Config::remote_secrets`].
     fn resolve_secrets(&mut self, env: &HashMap<String, String>) -> Result<(), ConfigError> {
+        let mut remote = Vec::new();
         for (key, value) in self.secret_slots() {
+            if matches!(SecretRef::parse(value), SecretRef::AwsSecretsManager(_)) {
+                remote.push(key.clone());
+            }
             *value = secrets::resolve(&key, value, env)?;
         }
-        if !self.has_remote_secrets() {
+        if remote.is_empty() {
             self.validate_secrets()?;
         }
+        self.remote = remote;
         Ok(())
     }
 
     /// The secret keys that refer to a secrets store (`aws-secretsmanager:NAME#KEY`), each
     /// with its reference, to be replaced by the value; then [`Config::validate_secrets`].
     pub fn remote_secrets(&mut self) -> Vec<(String, &mut String)> {
+        let remote = self.remote.clone();
         self.secret_slots()
             .into_iter()
-            .filter(|(_, v)| matches!(SecretRef::parse(v), SecretRef::AwsSecretsManager(_)))
+            .filter(|(k, _)| remote.contains(k))
             .collect()
-    }
-
-    fn has_remote_secrets(&mut self) -> bool {
-        !self.remote_secrets().is_empty()
     }
 
     /// The checks that need the secrets' values (a replica URL given by reference).
@@ -938,6 +944,15 @@ mod tests {
         assert_eq!(remote.len(), 1);
         assert_eq!(remote[0].0, "replica.password");
         assert_eq!(remote[0].1, "aws-secretsmanager:prod/db#password");
+        // A literal secret that only looks like a reference stays a literal.
+        let literal = text.replace(
+            "password = \"aws-secretsmanager:prod/db#password\"",
+            "password = \"literal:aws-secretsmanager:x\"",
+        );
+        let mut c = parse(&literal, &[("KAFKA_PW", "k")]).expect("valid");
+        assert!(c.remote_secrets().is_empty());
+        let password = c.replica.as_ref().and_then(|r| r.password.as_ref());
+        assert_eq!(password.map(Secret::expose), Some("aws-secretsmanager:x"));
         let empty = text.replace("prod/db#password", "#password");
         let err = parse(&empty, &[("KAFKA_PW", "k")]).unwrap_err().to_string();
         assert!(
