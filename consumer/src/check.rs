@@ -348,8 +348,8 @@ async fn registry(config: &Config) -> Result<String, String> {
     c.timeout = TIMEOUT;
     // One attempt: the check reports, it does not wait out an outage.
     c.backoff = Backoff {
-        attempts: 1,
-        ..Backoff::default()
+        attempts: Some(0),
+        ..lakesink_schema_registry::REQUEST_RETRIES
     };
     let url = c.url.clone();
     let registry = HttpRegistry::new(c).map_err(|e| e.to_string())?;

@@ -18,5 +18,5 @@ pub use framing::{Encoding, Framed, FramingError, IdKind, SchemaRef, Side, unfra
 pub use non_data::{NON_DATA_METADATA, NonData, Route, Routes};
 pub use registry::{
     Api, Auth, Backoff, CachedResolver, FixedResolver, HttpRegistry, HttpRegistryConfig,
-    Registration, RegistryError, ResolvedSchema, SchemaResolver,
+    REQUEST_RETRIES, Registration, RegistryError, ResolvedSchema, SchemaResolver,
 };

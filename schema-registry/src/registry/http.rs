@@ -2,7 +2,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lakesink_model::with_causes;
+use lakesink_model::{Backoff, with_causes};
 use reqwest::Url;
 use serde::Deserialize;
 use tracing::warn;
@@ -50,31 +50,14 @@ impl Api {
     }
 }
 
-/// Capped exponential backoff for transient failures (connection errors, timeouts, 429, 5xx).
-#[derive(Debug, Clone)]
-pub struct Backoff {
-    pub initial: Duration,
-    pub max: Duration,
-    /// Attempts in all, the first included, before the error reaches the caller.
-    pub attempts: u32,
-}
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Self {
-            initial: Duration::from_millis(200),
-            max: Duration::from_secs(5),
-            attempts: 6,
-        }
-    }
-}
-
-impl Backoff {
-    fn delay(&self, failed_attempts: u32) -> Duration {
-        let factor = 2u32.saturating_pow(failed_attempts.saturating_sub(1));
-        self.initial.saturating_mul(factor).min(self.max)
-    }
-}
+/// How a request is retried on a transient failure (connection errors, timeouts, 429, 5xx):
+/// lakesink's one backoff, capped and jittered, with a few retries, after which the caller
+/// hears `Unavailable` and retries in its own way (the pipeline, with no deadline).
+pub const REQUEST_RETRIES: Backoff = Backoff {
+    first: Duration::from_millis(200),
+    max: Duration::from_secs(5),
+    attempts: Some(5),
+};
 
 #[derive(Debug, Clone)]
 pub struct HttpRegistryConfig {
@@ -99,7 +82,7 @@ impl HttpRegistryConfig {
             auth: Auth::None,
             ca_pem: None,
             timeout: Duration::from_secs(10),
-            backoff: Backoff::default(),
+            backoff: REQUEST_RETRIES,
         }
     }
 }
@@ -251,10 +234,9 @@ impl HttpRegistry {
 
     /// GET with auth and retries; the body as text.
     async fn get(&self, url: Url, what: &str) -> Result<String, RegistryError> {
-        let mut attempt = 0;
+        let mut waits = self.backoff.delays();
         let mut refreshed = false;
         loop {
-            attempt += 1;
             let req = self
                 .tokens
                 .apply(&self.auth, &self.http, self.http.get(url.clone()))
@@ -297,14 +279,13 @@ impl HttpRegistry {
                     }
                 }
             };
-            if attempt >= self.backoff.attempts {
+            let Some(delay) = waits.next() else {
                 return Err(RegistryError::Unavailable {
                     url: url.to_string(),
                     reason: failure,
                 });
-            }
-            let delay = self.backoff.delay(attempt);
-            warn!(url = %url, attempt, error = %failure, ?delay, "schema registry request failed; retrying");
+            };
+            warn!(url = %url, error = %failure, ?delay, "schema registry request failed; retrying");
             tokio::time::sleep(delay).await;
         }
     }
@@ -612,10 +593,18 @@ mod tests {
     }
 
     #[test]
-    fn backoff_doubles_up_to_the_cap() {
-        let b = Backoff::default();
-        let delays: Vec<u64> = (1..=7).map(|n| b.delay(n).as_millis() as u64).collect();
-        assert_eq!(delays, [200, 400, 800, 1600, 3200, 5000, 5000]);
+    fn requests_are_retried_a_few_times_with_jittered_capped_waits() {
+        let waits: Vec<Duration> = REQUEST_RETRIES.delays().collect();
+        assert_eq!(waits.len(), 5);
+        assert!(
+            waits
+                .iter()
+                .all(|w| *w >= Duration::from_millis(100) && *w <= REQUEST_RETRIES.max),
+            "{waits:?}"
+        );
+        // Two registries restarting together do not wait in lockstep.
+        let other: Vec<Duration> = REQUEST_RETRIES.delays().collect();
+        assert_ne!(waits, other);
     }
 
     #[test]

@@ -16,7 +16,8 @@ use std::sync::Arc;
 pub use auth::Auth;
 pub use cache::CachedResolver;
 pub use fixed::FixedResolver;
-pub use http::{Api, Backoff, HttpRegistry, HttpRegistryConfig};
+pub use http::{Api, HttpRegistry, HttpRegistryConfig, REQUEST_RETRIES};
+pub use lakesink_model::Backoff;
 
 use crate::SchemaRef;
 

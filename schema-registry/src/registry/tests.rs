@@ -36,10 +36,11 @@ async fn serve(respond: impl Fn(&str) -> (u16, String) + Send + Sync + 'static) 
 }
 
 fn quick() -> Backoff {
+    // Three attempts in all: the first and two retries.
     Backoff {
-        initial: Duration::from_millis(5),
+        first: Duration::from_millis(5),
         max: Duration::from_millis(20),
-        attempts: 3,
+        attempts: Some(2),
     }
 }
 
