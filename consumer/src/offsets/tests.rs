@@ -127,6 +127,12 @@ struct Fake {
     given: i64,
     /// It let go at this offset and waits to be read again from there.
     out: Option<i64>,
+    /// When it let go earlier than a seek, it waits to ask for its own reading
+    /// ([`Rewound::Waiting`], as the replica does) instead of asking at once.
+    waits: bool,
+    /// It has no point of its own for the partition yet (a replica with no offsets row):
+    /// it says `Held { durable: None }` and takes the records from where reading starts.
+    fresh: bool,
 }
 
 impl Fake {
@@ -140,7 +146,8 @@ impl Fake {
 enum Op {
     Consume(i32, u8),
     Durable(usize, i32, u8),
-    LetGo(usize, i32),
+    /// Sink, partition, and whether it waits to ask for its own reading.
+    LetGo(usize, i32, bool),
     /// Read again for the sink that let go latest (`true`: the others need their own
     /// reading again, further back) or earliest.
     ReadAgain(i32, bool),
@@ -152,7 +159,7 @@ fn op(sinks: usize) -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (0..2i32, 1..20u8).prop_map(|(p, n)| Op::Consume(p, n)),
         4 => (0..sinks, 0..2i32, 1..20u8).prop_map(|(s, p, n)| Op::Durable(s, p, n)),
-        1 => (0..sinks, 0..2i32).prop_map(|(s, p)| Op::LetGo(s, p)),
+        1 => (0..sinks, 0..2i32, any::<bool>()).prop_map(|(s, p, w)| Op::LetGo(s, p, w)),
         1 => (0..2i32, any::<bool>()).prop_map(|(p, latest)| Op::ReadAgain(p, latest)),
         1 => (0..2i32).prop_map(Op::Revoke),
         3 => Just(Op::Marks),
@@ -172,10 +179,19 @@ struct Model {
 }
 
 impl Model {
-    fn new(sinks: usize) -> Self {
+    fn new(sinks: usize, fresh: &[bool]) -> Self {
+        let fakes = (0..sinks)
+            .map(|s| {
+                let f = Fake {
+                    fresh: fresh.get(s).copied().unwrap_or(false),
+                    ..Fake::default()
+                };
+                (0..2).map(|p| (p, f.clone())).collect()
+            })
+            .collect();
         Self {
             tracker: OffsetTracker::new(sinks, Some((0, "raw"))),
-            sinks: vec![HashMap::new(); sinks],
+            sinks: fakes,
             reading: HashMap::new(),
             committed: HashMap::new(),
         }
@@ -190,7 +206,11 @@ impl Model {
         let first = self.committed.get(&p).copied().unwrap_or(0);
         let held: Vec<Held> = (0..self.sinks.len())
             .map(|s| {
-                let d = self.fake(s, p).durable;
+                let f = self.fake(s, p);
+                if f.fresh {
+                    return Held::default();
+                }
+                let d = f.durable;
                 Held {
                     durable: Some(d),
                     behind: (d < first).then_some(d),
@@ -200,23 +220,62 @@ impl Model {
         let r = resume(first, &held);
         let from = r.seek.unwrap_or(first);
         for (s, h) in held.iter().enumerate() {
-            let d = h.durable.unwrap_or(0);
-            assert!(
-                from <= d,
-                "sink {s} would miss {from}..{d}: resumed at {from}"
-            );
+            let fake = self.fake(s, p);
+            match h.durable {
+                Some(d) => assert!(
+                    from <= d,
+                    "sink {s} would miss {from}..{d}: resumed at {from}"
+                ),
+                None => {
+                    // It starts where the reading does: nothing below is its.
+                    assert_eq!(r.floors[s], None, "sink {s} holds nothing to skip");
+                    fake.fresh = false;
+                    fake.durable = from;
+                }
+            }
             if let Some(f) = r.floors[s] {
                 assert!(
-                    f <= d,
-                    "sink {s} would skip records it does not hold: floor {f} > {d}"
+                    f <= fake.durable,
+                    "sink {s} would skip records it does not hold: floor {f} > {}",
+                    fake.durable
                 );
             }
-            let fake = self.fake(s, p);
             fake.out = None;
             fake.given = fake.durable;
         }
         self.tracker.started(&part(p), r.floors);
         self.reading.insert(p, from);
+    }
+
+    /// Checks marks to store: none past a record some sink lacks, and the metadata sink's
+    /// point in the metadata never past what it holds.
+    fn store(&mut self, marks: Vec<Mark>) {
+        for m in marks {
+            let p = m.part.partition;
+            for (s, fakes) in self.sinks.iter().enumerate() {
+                let f = &fakes[&p];
+                if f.fresh {
+                    continue;
+                }
+                assert!(
+                    m.offset <= f.durable,
+                    "stored {} for partition {p} past sink {s}'s durable {}",
+                    m.offset,
+                    f.durable
+                );
+            }
+            if let Some(meta) = &m.metadata {
+                let at = parse_mark("raw", meta).expect("the metadata sink's mark");
+                let d = self.sinks[0][&p].durable;
+                assert!(
+                    at > m.offset,
+                    "metadata only when ahead: {at} at {}",
+                    m.offset
+                );
+                assert!(at <= d, "metadata says raw holds {at}, it holds {d}");
+            }
+            self.committed.insert(p, m.offset);
+        }
     }
 
     fn apply(&mut self, op: &Op) {
@@ -250,7 +309,7 @@ impl Model {
                     f.durable = (f.durable + i64::from(n)).min(f.given).max(f.durable);
                 }
             }
-            Op::LetGo(s, p) => {
+            Op::LetGo(s, p, waits) => {
                 if !self.reading.contains_key(&p) {
                     return;
                 }
@@ -260,6 +319,7 @@ impl Model {
                 if f.out.is_some() {
                     return;
                 }
+                f.waits = waits;
                 if f.durable < f.given {
                     f.out = Some(f.durable);
                     f.given = f.durable;
@@ -290,17 +350,21 @@ impl Model {
                                 f.out = None;
                                 Rewound::From(r)
                             }
+                            Some(_) if f.waits => Rewound::Waiting,
                             Some(r) => Rewound::Again(r),
                             None => Rewound::Skip,
                         }
                     })
                     .collect();
+                let asking = outcomes
+                    .iter()
+                    .filter(|o| matches!(o, Rewound::Again(_)))
+                    .count();
                 let again = self.tracker.rewound(&part(p), to, &outcomes);
-                let lower = outs.iter().filter(|&&r| r < to).count();
                 assert_eq!(
                     again.len(),
-                    lower,
-                    "each sink that let go earlier asks again"
+                    asking,
+                    "each sink that let go earlier and does not wait asks again"
                 );
                 self.reading.insert(p, to);
                 if !again.is_empty() {
@@ -321,18 +385,10 @@ impl Model {
                 let marks = self
                     .tracker
                     .marks(|s, tp| sinks[s].get(&tp.partition).and_then(Fake::pending));
-                for m in marks {
-                    let p = m.part.partition;
-                    for (s, fakes) in self.sinks.iter().enumerate() {
-                        let d = fakes.get(&p).map_or(0, |f| f.durable);
-                        assert!(
-                            m.offset <= d,
-                            "stored {} for partition {p} past sink {s}'s durable {d}",
-                            m.offset
-                        );
-                    }
-                    self.committed.insert(p, m.offset);
-                }
+                self.store(marks);
+                // The metadata alone moved: committed with the offset it rides on.
+                let due = self.tracker.metadata_due(Instant::now(), true);
+                self.store(due);
             }
         }
     }
@@ -348,12 +404,13 @@ proptest! {
     #[test]
     fn the_stored_offset_never_passes_what_a_sink_lacks(
         sinks in 1..4usize,
+        fresh in proptest::collection::vec(any::<bool>(), 3),
         ops in proptest::collection::vec(op(3), 1..200),
     ) {
-        let mut m = Model::new(sinks);
+        let mut m = Model::new(sinks, &fresh);
         for o in ops.iter().map(|o| match o {
             Op::Durable(s, p, n) => Op::Durable(s % sinks, *p, *n),
-            Op::LetGo(s, p) => Op::LetGo(s % sinks, *p),
+            Op::LetGo(s, p, w) => Op::LetGo(s % sinks, *p, *w),
             o => o.clone(),
         }) {
             m.apply(&o);
