@@ -7,6 +7,7 @@
 #
 #   bench/raw-layer.sh                 RECORDS=5000000 PARTITIONS=8 by default
 #   RECORDS=1000000 RUN_PEER=0 bench/raw-layer.sh     lakesink only
+#   BENCH_TOPIC=t BUILD=0 LAKESINK_BIN=path bench/raw-layer.sh   another build, an earlier topic
 #
 # Needs the stack (dev/stack up). Release builds go to $CARGO_TARGET_DIR (or target/).
 set -euo pipefail
@@ -22,14 +23,18 @@ die() { printf '[bench] error: %s\n' "$*" >&2; exit 1; }
 RECORDS=${RECORDS:-5000000}
 PARTITIONS=${PARTITIONS:-8}
 TARGET=${CARGO_TARGET_DIR:-$root/target}
+# Another build to time (an older commit's, to compare): BUILD=0 LAKESINK_BIN=path.
+LAKESINK_BIN=${LAKESINK_BIN:-$TARGET/release/lakesink}
 stamp=$(date +%s)
 TOPIC=${BENCH_TOPIC:-bench-raw-$stamp}
 work=$CACHE/bench/$stamp
 mkdir -p "$work"
 
-say "building release binaries"
-(cd "$root" && cargo build -q --release -p lakesink --bin lakesink -p lakesink-tests --example produce) \
-  || die "cargo build failed"
+if [ "${BUILD:-1}" = 1 ]; then
+  say "building release binaries"
+  (cd "$root" && cargo build -q --release -p lakesink --bin lakesink -p lakesink-tests --example produce) \
+    || die "cargo build failed"
+fi
 fetch >/dev/null
 
 if [ -z "${BENCH_TOPIC:-}" ]; then
@@ -68,7 +73,7 @@ T
 say "lakesink: flush-size $flush, objects under s3://$BUCKET/$prefix/"
 hz=$(getconf CLK_TCK)
 t0=$(date +%s%3N)
-RUST_LOG=warn "$TARGET/release/lakesink" run --config "$work/lakesink.toml" 2>"$work/lakesink.log" &
+RUST_LOG=warn "$LAKESINK_BIN" run --config "$work/lakesink.toml" 2>"$work/lakesink.log" &
 pid=$!
 trap 'kill "$pid" 2>/dev/null || true' EXIT
 out=$("$JAVA_BIN" -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -cp "$KAFKA_LIBS/*:$TOOLS/classes" Lag \

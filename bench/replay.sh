@@ -12,7 +12,8 @@
 #   PARALLELISM=2 BATCH_ROWS=50000 bench/replay.sh
 #   STAMP=1764500000 bench/replay.sh     replay the raw layer of an earlier run again (no produce)
 #
-# Optional env: BUILD=0 (no cargo build), KEEP_TABLES=1, TIMEOUT_SECONDS (lag wait, default 1800).
+# Optional env: BUILD=0 (no cargo build), LAKESINK_BIN (the binary to time), KEEP_TABLES=1,
+# TIMEOUT_SECONDS (lag wait, default 1800).
 # Needs the stack (dev/stack up). Release builds go to $CARGO_TARGET_DIR (or target/).
 set -euo pipefail
 
@@ -30,6 +31,8 @@ PARALLELISM=${PARALLELISM:-4}
 BATCH_ROWS=${BATCH_ROWS:-50000}
 TIMEOUT=${TIMEOUT_SECONDS:-1800}
 TARGET=${CARGO_TARGET_DIR:-$root/target}
+# Another build to time (an older commit's, to compare): BUILD=0 LAKESINK_BIN=path.
+LAKESINK_BIN=${LAKESINK_BIN:-$TARGET/release/lakesink}
 PG_DB=replica
 stamp=${STAMP:-$(date +%s)}
 work=$CACHE/bench/replay-$stamp
@@ -94,7 +97,7 @@ url = "$REGISTRY"
 $(raw_section "$topic")
 T
     say "building the raw layer: lakesink run, flush-size $flush"
-    RUST_LOG=warn "$TARGET/release/lakesink" run --config "$work/raw-$mode.toml" 2>"$work/raw-$mode.log" &
+    RUST_LOG=warn "$LAKESINK_BIN" run --config "$work/raw-$mode.toml" 2>"$work/raw-$mode.log" &
     pid=$!
     "$JAVA_BIN" -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -cp "$KAFKA_LIBS/*:$TOOLS/classes" Lag \
       "$BROKERS" "$group" "$topic" "$RECORDS" "$TIMEOUT" >/dev/null \
@@ -121,7 +124,7 @@ T
   psql_q "DROP TABLE IF EXISTS public.\"$table\"" >/dev/null
   say "replay: $mode into public.$table, parallelism $PARALLELISM, $BATCH_ROWS rows per transaction"
   p0=$(pg_ticks)
-  RUST_LOG=warn /usr/bin/time -v -o "$work/time-$mode.txt" "$TARGET/release/lakesink" replay \
+  RUST_LOG=warn /usr/bin/time -v -o "$work/time-$mode.txt" "$LAKESINK_BIN" replay \
     --config "$work/replay-$mode.toml" --parallelism "$PARALLELISM" >"$work/summary-$mode.txt" 2>"$work/replay-$mode.log" \
     || { cat "$work/summary-$mode.txt" >&2; tail -n 20 "$work/replay-$mode.log" >&2; die "replay failed"; }
   sleep 1; p1=$(pg_ticks)

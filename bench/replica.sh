@@ -16,7 +16,8 @@
 #   bench/replica.sh fetch                 only download the JDBC sink (~/.cache/lakesink/peer)
 #
 # Optional env: STAMP (reuse the topics bench-replica-MODE-STAMP of an earlier run instead of
-# producing), LAKESINK=0 or JDBC=0 (skip a side), BUILD=0 (no cargo build), KEEP_TABLES=1 (keep
+# producing), LAKESINK=0 or JDBC=0 (skip a side), BUILD=0 (no cargo build), LAKESINK_BIN (the
+# binary to time), KEEP_TABLES=1 (keep
 # the tables in the replica database), TIMEOUT_SECONDS (per run, default 1800), KAFKA_PROPERTIES
 # (more lakesink consumer properties, TOML: '"fetch.max.bytes" = "104857600"'), JDBC_CONFIG (more
 # JDBC connector settings, JSON: '"consumer.override.fetch.max.bytes": "104857600"').
@@ -45,6 +46,8 @@ MODES=${MODES:-snapshot mixed}
 BATCH_SIZES=${JDBC_BATCH_SIZES:-500}
 TIMEOUT=${TIMEOUT_SECONDS:-1800}
 TARGET=${CARGO_TARGET_DIR:-$root/target}
+# Another build to time (an older commit's, to compare): BUILD=0 LAKESINK_BIN=path.
+LAKESINK_BIN=${LAKESINK_BIN:-$TARGET/release/lakesink}
 stamp=${STAMP:-$(date +%s)}
 work=$CACHE/bench/replica-$stamp-$(date +%s)
 results=$work/results.tsv
@@ -152,7 +155,7 @@ T
   local t0 pid t1 cpu hwm p0 p1
   lag_start "$group" "$topic"
   p0=$(pg_ticks); t0=$(date +%s%3N)
-  RUST_LOG=warn "$TARGET/release/lakesink" run --config "$work/lakesink-$mode.toml" 2>"$work/lakesink-$mode.log" &
+  RUST_LOG=warn "$LAKESINK_BIN" run --config "$work/lakesink-$mode.toml" 2>"$work/lakesink-$mode.log" &
   pid=$!; LS_PID=$pid
   wait "$LAG_PID" || { tail -n 20 "$work/lakesink-$mode.log" >&2; die "lakesink: lag never reached 0"; }
   read -r _ t1 _ <"$work/lag.out"
