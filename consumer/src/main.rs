@@ -178,9 +178,10 @@ async fn start() -> anyhow::Result<ExitCode> {
     };
     let telemetry = Arc::new(Telemetry::new(&setup, alerter));
     telemetry.start_clock();
-    if let Some(addr) = config.service.http_listen {
-        telemetry::http::serve(addr, telemetry.clone()).await?;
-    }
+    let server = match config.service.http_listen {
+        Some(addr) => Some(telemetry::http::serve(addr, telemetry.clone()).await?),
+        None => None,
+    };
     let result = run(&config, telemetry.clone()).await;
     if let Err(e) = &result {
         let (sink, component) = blame(e);
@@ -188,6 +189,10 @@ async fn start() -> anyhow::Result<ExitCode> {
         if let Some(a) = &telemetry.alerter {
             a.flush(Duration::from_secs(10)).await;
         }
+    }
+    // Served until the sinks have finished, so probes see the shutdown through.
+    if let Some(server) = server {
+        server.shutdown().await;
     }
     result.map(|()| ExitCode::SUCCESS)
 }
