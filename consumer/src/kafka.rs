@@ -19,14 +19,15 @@ use tracing::{debug, error, info, warn};
 use crate::kafka_auth::{self, KafkaAuth};
 use crate::telemetry::Telemetry;
 use crate::telemetry::metrics::NonDataLabels;
+use lakesink_writers::sink::TopicPartition;
 
 /// Partitions taken away by the group, collected during `recv` and handled by the loop
 /// before it looks at the next message.
 #[derive(Default, Clone)]
-pub(crate) struct Revoked(Arc<Mutex<Vec<(String, i32)>>>);
+pub(crate) struct Revoked(Arc<Mutex<Vec<TopicPartition>>>);
 
 impl Revoked {
-    pub(crate) fn take(&self) -> Vec<(String, i32)> {
+    pub(crate) fn take(&self) -> Vec<TopicPartition> {
         self.0
             .lock()
             .map(|mut v| std::mem::take(&mut *v))
@@ -139,16 +140,24 @@ pub(crate) fn forward_log(level: RDKafkaLogLevel, fac: &str, message: &str) {
     }
 }
 
+/// Partitions as the log shows them: `topic[partition]`.
+fn shown(parts: &[TopicPartition]) -> Vec<String> {
+    parts.iter().map(ToString::to_string).collect()
+}
+
+fn partitions(list: &rdkafka::TopicPartitionList) -> Vec<TopicPartition> {
+    list.elements()
+        .iter()
+        .map(|e| TopicPartition::new(e.topic(), e.partition()))
+        .collect()
+}
+
 impl ConsumerContext for GroupContext {
     fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
             Rebalance::Revoke(list) => {
-                let parts: Vec<(String, i32)> = list
-                    .elements()
-                    .iter()
-                    .map(|e| (e.topic().to_owned(), e.partition()))
-                    .collect();
-                info!(?parts, "partitions revoked");
+                let parts = partitions(list);
+                info!(parts = ?shown(&parts), "partitions revoked");
                 if let Some(t) = &self.telemetry {
                     t.partitions.revoked(&parts);
                 }
@@ -157,12 +166,8 @@ impl ConsumerContext for GroupContext {
                 }
             }
             Rebalance::Assign(list) => {
-                let parts: Vec<(String, i32)> = list
-                    .elements()
-                    .iter()
-                    .map(|e| (e.topic().to_owned(), e.partition()))
-                    .collect();
-                info!(?parts, "partitions assigned");
+                let parts = partitions(list);
+                info!(parts = ?shown(&parts), "partitions assigned");
                 if let Some(t) = &self.telemetry {
                     t.status.set_assigned();
                     t.partitions.assigned(&parts);

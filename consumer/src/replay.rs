@@ -15,6 +15,7 @@ use lakesink_writers::postgres::{stored_offsets, topic_table};
 use lakesink_writers::replay::{
     self, OffsetRange, Options, Plan, RawLayer, Selection, Stats, Summary, TopicFilter,
 };
+use lakesink_writers::sink::TopicPartition;
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{info, warn};
 
@@ -148,7 +149,7 @@ pub(crate) async fn run(args: ReplayArgs) -> anyhow::Result<()> {
         }
         _ => None,
     };
-    let stored: HashMap<(String, i32), i64> = match &config.replica {
+    let stored: HashMap<TopicPartition, i64> = match &config.replica {
         Some(r) => match stored_offsets(r, &group).await {
             Ok(found) => found.unwrap_or_default(),
             Err(e) if args.dry_run => {

@@ -104,10 +104,6 @@ pub(crate) async fn run<R: SchemaResolver>(
         loop {
             let parts = revoked.take();
             if !parts.is_empty() {
-                let parts: Vec<TopicPartition> = parts
-                    .into_iter()
-                    .map(|(t, p)| TopicPartition::new(t, p))
-                    .collect();
                 for part in &parts {
                     decoder.finish_partition(&part.topic, part.partition)?;
                     pending.forget(part);

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 
 use super::metrics::{PartitionLabels, SinkPartitionLabels};
 use crate::offsets::Position;
+use lakesink_writers::sink::TopicPartition;
 
 #[derive(Debug, Default, Clone)]
 struct View {
@@ -26,7 +27,7 @@ struct View {
 
 pub(crate) struct Partitions {
     sinks: Vec<&'static str>,
-    views: Mutex<BTreeMap<(String, i32), View>>,
+    views: Mutex<BTreeMap<TopicPartition, View>>,
     consumer_lag: Family<PartitionLabels, Gauge>,
     sink_lag: Family<SinkPartitionLabels, Gauge>,
 }
@@ -45,7 +46,7 @@ impl Partitions {
         }
     }
 
-    pub(crate) fn assigned(&self, parts: &[(String, i32)]) {
+    pub(crate) fn assigned(&self, parts: &[TopicPartition]) {
         if let Ok(mut views) = self.views.lock() {
             for p in parts {
                 views.entry(p.clone()).or_insert_with(|| View {
@@ -56,20 +57,20 @@ impl Partitions {
         }
     }
 
-    pub(crate) fn revoked(&self, parts: &[(String, i32)]) {
+    pub(crate) fn revoked(&self, parts: &[TopicPartition]) {
         if let Ok(mut views) = self.views.lock() {
-            for (topic, partition) in parts {
-                views.remove(&(topic.clone(), *partition));
+            for part in parts {
+                views.remove(part);
                 let labels = PartitionLabels {
-                    topic: topic.clone(),
-                    partition: *partition,
+                    topic: part.topic.to_string(),
+                    partition: part.partition,
                 };
                 self.consumer_lag.remove(&labels);
                 for &sink in &self.sinks {
                     self.sink_lag.remove(&SinkPartitionLabels {
                         sink,
-                        topic: topic.clone(),
-                        partition: *partition,
+                        topic: part.topic.to_string(),
+                        partition: part.partition,
                     });
                 }
             }
@@ -79,7 +80,7 @@ impl Partitions {
     /// From librdkafka's statistics.
     pub(crate) fn end(&self, topic: &str, partition: i32, end: i64, committed_lag: i64) {
         if let Ok(mut views) = self.views.lock()
-            && let Some(v) = views.get_mut(&(topic.to_owned(), partition))
+            && let Some(v) = views.get_mut(&TopicPartition::new(topic, partition))
         {
             v.end = (end >= 0).then_some(end);
             v.committed_lag = (committed_lag >= 0).then_some(committed_lag);
@@ -91,13 +92,12 @@ impl Partitions {
     pub(crate) fn positions(&self, positions: &[Position]) {
         if let Ok(mut views) = self.views.lock() {
             for (part, consumed, durable) in positions {
-                let key = (part.topic.to_string(), part.partition);
-                if let Some(v) = views.get_mut(&key) {
+                if let Some(v) = views.get_mut(part) {
                     v.consumed = consumed.or(v.consumed);
                     for (have, new) in v.durable.iter_mut().zip(durable) {
                         *have = new.or(*have);
                     }
-                    self.gauges(&key.0, key.1, v);
+                    self.gauges(&part.topic, part.partition, v);
                 }
             }
         }
@@ -136,7 +136,7 @@ impl Partitions {
         };
         let list: Vec<Value> = views
             .iter()
-            .map(|((topic, partition), v)| {
+            .map(|(TopicPartition { topic, partition }, v)| {
                 let lag = |at: Option<i64>| match (v.end, at) {
                     (Some(e), Some(a)) => json!(e.saturating_sub(a).max(0)),
                     _ => Value::Null,
@@ -148,7 +148,7 @@ impl Partitions {
                     .map(|(&s, &d)| (s, json!({"durable_offset": d, "lag_records": lag(d)})))
                     .collect();
                 json!({
-                    "topic": topic,
+                    "topic": &**topic,
                     "partition": partition,
                     "end_offset": v.end,
                     "consumed_offset": v.consumed,
@@ -168,11 +168,11 @@ mod tests {
     #[test]
     fn lag_per_partition_and_sink_from_the_end_and_the_durable_points() {
         let p = Partitions::new(&["raw", "replica"], Family::default(), Family::default());
-        p.assigned(&[("t".into(), 0), ("t".into(), 1)]);
+        p.assigned(&[TopicPartition::new("t", 0), TopicPartition::new("t", 1)]);
         p.end("t", 0, 100, 100);
         p.end("t", 1, 7, 7);
         p.end("unassigned", 0, 5, 5);
-        let part = lakesink_writers::sink::TopicPartition::new("t", 0);
+        let part = TopicPartition::new("t", 0);
         p.positions(&[(part, Some(90), vec![Some(80), None])]);
         let v = p.to_json();
         assert_eq!(v.as_array().map(Vec::len), Some(2), "{v}");
@@ -193,7 +193,7 @@ mod tests {
             })
             .get();
         assert_eq!(g, 20);
-        p.revoked(&[("t".into(), 0)]);
+        p.revoked(&[TopicPartition::new("t", 0)]);
         assert_eq!(p.to_json().as_array().map(Vec::len), Some(1));
     }
 }

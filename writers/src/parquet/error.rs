@@ -29,8 +29,12 @@ pub enum RawError {
         key: String,
         reason: StoreFailure,
     },
-    #[error("raw layer: upload task failed: {0}")]
-    Task(String),
+    /// lakesink's own state: a state that cannot happen.
+    #[error("raw layer: {0}")]
+    Bug(&'static str),
+    /// An upload or probe task that panicked or was cancelled.
+    #[error("raw layer: a task failed")]
+    Task(#[source] tokio::task::JoinError),
     #[error("raw layer: object store, at {key}: {}", describe_store(source))]
     Unavailable {
         key: String,
@@ -56,6 +60,7 @@ impl Classify for RawError {
                 source: FileError::Parquet(_),
                 ..
             }
+            | Self::Bug(_)
             | Self::Task(_) => Fault::Bug,
         }
     }

@@ -65,8 +65,8 @@ impl RawOutage {
         if !e.retryable() {
             return Err(e);
         }
-        for ((topic, partition), from) in raw.abandon_all() {
-            self.missed(&TopicPartition::new(topic, partition), from);
+        for (part, from) in raw.abandon_all() {
+            self.missed(&part, from);
         }
         warn!(error = %e, "object store unavailable: the raw layer lets go and probes it; \
             the other sinks go on");
@@ -112,7 +112,7 @@ impl RawOutage {
         };
         let result = match probe.await {
             Ok(r) => r,
-            Err(e) => Err(RawError::Task(e.to_string())),
+            Err(e) => Err(RawError::Task(e)),
         };
         d.probe = None;
         match result {

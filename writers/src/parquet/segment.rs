@@ -17,6 +17,7 @@ use super::file::{FileError, FileWriter, Sealed};
 use super::marker::Marker;
 use super::rolling::{Rotation, SegmentStats};
 use super::writer::Settings;
+use crate::sink::TopicPartition;
 
 pub(super) struct Segment {
     pub(super) start: i64,
@@ -62,7 +63,7 @@ impl Segment {
     pub(super) async fn append(
         &mut self,
         s: &Settings,
-        key: &PartitionKey,
+        key: &TopicPartition,
         b: &Incoming<'_>,
         rows: Range<usize>,
         times: &[i64],
@@ -98,7 +99,7 @@ impl Segment {
     async fn write_file(
         &mut self,
         s: &Settings,
-        key: &PartitionKey,
+        key: &TopicPartition,
         b: &Incoming<'_>,
         encoded: Arc<str>,
         first_offset: i64,
@@ -111,8 +112,8 @@ impl Segment {
             .map_err(|source| match source {
                 FileError::Parquet(e) => b.error(first_offset, format!("parquet: {e}")),
                 source => RawError::File {
-                    topic: key.0.to_string(),
-                    partition: key.1,
+                    topic: key.topic.to_string(),
+                    partition: key.partition,
                     key: file.key.to_string(),
                     source,
                 },
@@ -120,22 +121,22 @@ impl Segment {
     }
 
     /// Completes the segment's files in memory; its marker records the cut.
-    pub(super) fn seal(self, key: &PartitionKey) -> Result<(Marker, Vec<Sealed>), RawError> {
+    pub(super) fn seal(self, key: &TopicPartition) -> Result<(Marker, Vec<Sealed>), RawError> {
         let mut files = Vec::with_capacity(self.files.len());
         let mut keys = Vec::with_capacity(self.files.len());
         for f in self.files {
             let fkey = f.key.to_string();
             files.push(f.seal().map_err(|source| RawError::File {
-                topic: key.0.to_string(),
-                partition: key.1,
+                topic: key.topic.to_string(),
+                partition: key.partition,
                 key: fkey.clone(),
                 source,
             })?);
             keys.push(fkey);
         }
         let marker = Marker {
-            topic: key.0.to_string(),
-            partition: key.1,
+            topic: key.topic.to_string(),
+            partition: key.partition,
             start: self.start,
             last: self.last,
             wall_ms: self.opened_wall,
@@ -171,23 +172,21 @@ impl PartitionState {
     }
 }
 
-pub(super) type PartitionKey = (Arc<str>, i32);
-
 /// A cut recorded by an earlier run: the last offset and wall time of its segment.
 pub(super) type RecordedCut = (i64, i64);
 
 /// The open segment of `key` and its recorded cut; the writer has just opened it.
 pub(super) fn open_segment<'a>(
-    parts: &'a mut HashMap<PartitionKey, PartitionState>,
-    key: &PartitionKey,
+    parts: &'a mut HashMap<TopicPartition, PartitionState>,
+    key: &TopicPartition,
 ) -> Result<(Option<RecordedCut>, &'a mut Segment), RawError> {
     let st = parts
         .get_mut(key)
-        .ok_or_else(|| RawError::Task("partition state vanished while writing".into()))?;
+        .ok_or_else(|| RawError::Bug("partition state vanished while writing"))?;
     let seg = st
         .segment
         .as_mut()
-        .ok_or_else(|| RawError::Task("segment vanished while writing".into()))?;
+        .ok_or_else(|| RawError::Bug("segment vanished while writing"))?;
     Ok((st.forced, seg))
 }
 
@@ -381,7 +380,7 @@ pub(super) fn plan(
 fn file_for<'a>(
     s: &Settings,
     seg: &'a mut Segment,
-    key: &PartitionKey,
+    key: &TopicPartition,
     encoded: Arc<str>,
     first_offset: i64,
     schema: arrow_schema::SchemaRef,
@@ -393,7 +392,9 @@ fn file_for<'a>(
     {
         return Ok(&mut seg.files[i]);
     }
-    let k = s.template.key(&key.0, &encoded, key.1, first_offset);
+    let k = s
+        .template
+        .key(&key.topic, &encoded, key.partition, first_offset);
     let f = FileWriter::new(Path::from(k), encoded, schema, s.props.clone(), s.part_size)
         .map_err(|e| format!("parquet: {e}"))?;
     seg.files.push(f);

@@ -1,6 +1,7 @@
 use std::sync::Arc;
 
 use super::*;
+use crate::sink::TopicPartition;
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
 use arrow_array::{
@@ -419,7 +420,7 @@ async fn letting_go_returns_each_partitions_first_offset_not_durable() {
     assert!(w.uploading());
     assert_eq!(w.pending_start("t", 0), Some(0));
     let points = w.abandon_all();
-    assert_eq!(points, vec![((Arc::from("t"), 0), 0)]);
+    assert_eq!(points, vec![(TopicPartition::new("t", 0), 0)]);
     assert_eq!(w.memory(), 0);
     assert!(!w.uploading());
     assert_eq!(w.pending_start("t", 0), None);

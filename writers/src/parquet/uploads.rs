@@ -12,9 +12,9 @@ use tracing::{debug, info};
 use super::error::RawError;
 use super::file::Sealed;
 use super::marker::Marker;
-use super::segment::PartitionKey;
 use super::writer::ParquetWriter;
 use crate::failpoint;
+use crate::sink::TopicPartition;
 
 /// A segment whose files are all visible: offsets up to `next_offset` are durable.
 #[derive(Debug, Clone)]
@@ -57,7 +57,7 @@ impl Uploads {
     pub(super) fn start(
         &mut self,
         store: Arc<dyn ObjectStore>,
-        key: &PartitionKey,
+        key: &TopicPartition,
         marker: &Marker,
         sealed: Vec<Sealed>,
     ) {
@@ -65,8 +65,8 @@ impl Uploads {
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
         let permits = self.permits.clone();
         let receipt = Receipt {
-            topic: key.0.clone(),
-            partition: key.1,
+            topic: key.topic.clone(),
+            partition: key.partition,
             start: marker.start,
             next_offset: marker.last + 1,
             files: sealed.len(),
@@ -128,13 +128,16 @@ impl ParquetWriter {
     pub async fn next_receipt(&mut self) -> Option<Result<Receipt, RawError>> {
         let joined = self.uploads.tasks.join_next().await?;
         Some(match joined {
-            Err(e) => Err(RawError::Task(e.to_string())),
+            Err(e) => Err(RawError::Task(e)),
             Ok(Err(e)) => Err(e),
             Ok(Ok(r)) => {
                 self.uploads
                     .bytes
                     .fetch_sub(r.bytes as usize, Ordering::Relaxed);
-                if let Some(st) = self.parts.get_mut(&(r.topic.clone(), r.partition)) {
+                if let Some(st) = self
+                    .parts
+                    .get_mut(&TopicPartition::new(r.topic.clone(), r.partition))
+                {
                     st.uploading.remove(&r.start);
                 }
                 info!(
@@ -163,7 +166,7 @@ impl ParquetWriter {
                 .max_by_key(|(_, m)| *m)
                 .map(|(k, _)| k.clone());
             let Some(key) = largest else { break };
-            debug!(topic = %key.0, partition = key.1, "memory budget: closing early");
+            debug!(topic = %key.topic, partition = key.partition, "memory budget: closing early");
             self.cut(&key, now).await?;
         }
         Ok(())

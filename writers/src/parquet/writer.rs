@@ -20,10 +20,11 @@ use super::marker;
 use super::partitioner::{Partitioner, TimeSource};
 use super::position::Positions;
 use super::rolling::{RollingPolicy, Rotation};
-use super::segment::{Incoming, PartitionKey, PartitionState, Segment, Step, open_segment, plan};
+use super::segment::{Incoming, PartitionState, Segment, Step, open_segment, plan};
 use super::store;
 use super::uploads::Uploads;
 use crate::failpoint;
+use crate::sink::TopicPartition;
 
 pub(super) struct Settings {
     pub(super) store: Arc<dyn ObjectStore>,
@@ -134,7 +135,7 @@ fn properties(config: &RawConfig) -> WriterProperties {
 
 pub struct ParquetWriter {
     pub(super) s: Arc<Settings>,
-    pub(super) parts: HashMap<PartitionKey, PartitionState>,
+    pub(super) parts: HashMap<TopicPartition, PartitionState>,
     /// The sum of the open segments' `mem`.
     pub(super) open_memory: usize,
     pub(super) uploads: Uploads,
@@ -180,7 +181,7 @@ impl ParquetWriter {
             return Ok(());
         }
         let b = Incoming::new(batch, &self.s)?;
-        let key: PartitionKey = (batch.topic.clone(), batch.partition);
+        let key = TopicPartition::new(batch.topic.clone(), batch.partition);
         let mut from = 0;
         while from < n {
             self.open(&key, b.offsets.value(from), now).await?;
@@ -209,7 +210,7 @@ impl ParquetWriter {
     /// What to do with the rows of `b` from `from` on.
     fn step(
         &mut self,
-        key: &PartitionKey,
+        key: &TopicPartition,
         b: &Incoming<'_>,
         from: usize,
         now: i64,
@@ -222,7 +223,7 @@ impl ParquetWriter {
     /// Writes rows `rows` of `b` into the open segment; true when it is now to be closed.
     async fn append(
         &mut self,
-        key: &PartitionKey,
+        key: &TopicPartition,
         b: &Incoming<'_>,
         rows: std::ops::Range<usize>,
         times: &[i64],
@@ -241,7 +242,7 @@ impl ParquetWriter {
 
     /// Closes segments whose time is up: idle partitions and wall-clock boundaries.
     pub async fn poll(&mut self, now: i64) -> Result<(), RawError> {
-        let due: Vec<PartitionKey> = self
+        let due: Vec<TopicPartition> = self
             .parts
             .iter()
             .filter(|(_, st)| st.forced.is_none())
@@ -258,7 +259,7 @@ impl ParquetWriter {
 
     /// Closes every open segment (shutdown); their receipts follow from [`Self::next_receipt`].
     pub async fn close_all(&mut self, now: i64) -> Result<(), RawError> {
-        let open: Vec<PartitionKey> = self
+        let open: Vec<TopicPartition> = self
             .parts
             .iter()
             .filter(|(_, st)| st.segment.is_some())
@@ -273,7 +274,7 @@ impl ParquetWriter {
     /// Drops the open segment of a partition this process no longer owns. Uploads already
     /// started finish (they write what a new owner would write); their receipts are stale.
     pub fn revoke(&mut self, topic: &str, partition: i32) {
-        let key: PartitionKey = (Arc::from(topic), partition);
+        let key = TopicPartition::new(topic, partition);
         if let Some(st) = self.parts.remove(&key)
             && let Some(seg) = st.segment
         {
@@ -289,7 +290,7 @@ impl ParquetWriter {
     /// lifecycle rules). Returns, per partition that held anything, the first offset not
     /// durable: the caller reads those partitions again from there once [`Self::probe`]
     /// succeeds, and the earlier runs' markers make the same cuts, so no file is duplicated.
-    pub fn abandon_all(&mut self) -> Vec<((Arc<str>, i32), i64)> {
+    pub fn abandon_all(&mut self) -> Vec<(TopicPartition, i64)> {
         let mut points = Vec::new();
         for (key, st) in self.parts.drain() {
             let start = st.pending_start();
@@ -340,12 +341,12 @@ impl ParquetWriter {
     /// The first offset of the partition not durable yet, if anything is pending.
     pub fn pending_start(&self, topic: &str, partition: i32) -> Option<i64> {
         self.parts
-            .get(&(Arc::from(topic), partition))?
+            .get(&TopicPartition::new(topic, partition))?
             .pending_start()
     }
 
     /// Opens a segment at `offset` if none is open, following an earlier run's markers.
-    async fn open(&mut self, key: &PartitionKey, offset: i64, now: i64) -> Result<(), RawError> {
+    async fn open(&mut self, key: &TopicPartition, offset: i64, now: i64) -> Result<(), RawError> {
         let mkey = self.marker_key(key, offset);
         let st = self.parts.entry(key.clone()).or_default();
         if st.segment.is_some() {
@@ -354,7 +355,7 @@ impl ParquetWriter {
         if st.forced.is_none() && !st.chain_done {
             match marker::read(&self.s.store, &mkey).await {
                 Ok(Some(m)) => {
-                    info!(topic = %key.0, partition = key.1, start = offset, last = m.last,
+                    info!(topic = %key.topic, partition = key.partition, start = offset, last = m.last,
                         "repeating the cut of an earlier run");
                     st.forced = Some((m.last, m.wall_ms));
                 }
@@ -367,12 +368,18 @@ impl ParquetWriter {
         Ok(())
     }
 
-    fn marker_key(&self, key: &PartitionKey, start: i64) -> Path {
-        marker::key(&self.s.marker_prefix, &self.s.prefix, &key.0, key.1, start)
+    fn marker_key(&self, key: &TopicPartition, start: i64) -> Path {
+        marker::key(
+            &self.s.marker_prefix,
+            &self.s.prefix,
+            &key.topic,
+            key.partition,
+            start,
+        )
     }
 
     /// Seals the partition's segment, records its cut, and starts making its files visible.
-    pub(super) async fn cut(&mut self, key: &PartitionKey, _now: i64) -> Result<(), RawError> {
+    pub(super) async fn cut(&mut self, key: &TopicPartition, _now: i64) -> Result<(), RawError> {
         let (marker, sealed) = {
             let Some(st) = self.parts.get_mut(key) else {
                 return Ok(());
@@ -402,10 +409,10 @@ impl ParquetWriter {
     }
 }
 
-fn marker_error(key: &PartitionKey, mkey: &Path, reason: StoreFailure) -> RawError {
+fn marker_error(key: &TopicPartition, mkey: &Path, reason: StoreFailure) -> RawError {
     RawError::Marker {
-        topic: key.0.to_string(),
-        partition: key.1,
+        topic: key.topic.to_string(),
+        partition: key.partition,
         key: mkey.to_string(),
         reason,
     }

@@ -50,9 +50,15 @@ pub enum ReplicaError {
         #[source]
         source: sqlx::Error,
     },
-    /// Connecting or preparing the offsets table failed for a reason a retry will not fix.
+    /// The replica's settings do not work (`replica.url`, a template, the offsets table's
+    /// name).
     #[error("replica setup: {0}")]
     Setup(String),
+    /// Connecting or preparing the offsets table failed for a reason a retry will not fix
+    /// (credentials, permissions). The database's error is kept, said in PostgreSQL's words
+    /// here and not again as a cause.
+    #[error("replica setup: {}", describe_pg(error))]
+    SetupRefused { error: sqlx::Error },
 }
 
 impl Classify for ReplicaError {
@@ -60,7 +66,9 @@ impl Classify for ReplicaError {
         match self {
             Self::Unavailable { .. } => Fault::Unavailable(System::Database),
             Self::BadData { .. } => Fault::BadData,
-            Self::Rejected { .. } | Self::Setup(_) => Fault::Refused(Some(System::Database)),
+            Self::Rejected { .. } | Self::Setup(_) | Self::SetupRefused { .. } => {
+                Fault::Refused(Some(System::Database))
+            }
         }
     }
 }
@@ -81,7 +89,7 @@ impl ReplicaError {
                 at,
             },
             Some(at) => Self::Rejected { at, source },
-            None => Self::Setup(describe_pg(&source)),
+            None => Self::SetupRefused { error: source },
         }
     }
 }

@@ -28,6 +28,7 @@ pub use error::{At, ReplicaError, describe_pg, is_auth_failure};
 pub use live::{REPLICA, Rejects, ReplicaSink};
 pub use naming::{TableName, quote};
 
+use crate::sink::TopicPartition;
 use ddl::TableMeta;
 use offsets::OffsetsSql;
 use plan::Rules;
@@ -197,17 +198,17 @@ impl PgReplicator {
         group: &str,
         batches: &[ChangeBatch],
     ) -> Result<Vec<Applied>, ReplicaError> {
-        let mut last: BTreeMap<(String, i32), i64> = BTreeMap::new();
+        let mut last: BTreeMap<TopicPartition, i64> = BTreeMap::new();
         for b in batches {
             let e = last
-                .entry((b.topic.to_string(), b.partition))
+                .entry(TopicPartition::new(b.topic.clone(), b.partition))
                 .or_insert(b.last_offset);
             *e = (*e).max(b.last_offset);
         }
         if last.is_empty() {
             return Ok(Vec::new());
         }
-        let parts: Vec<(String, i32)> = last.keys().cloned().collect();
+        let parts: Vec<TopicPartition> = last.keys().cloned().collect();
         let unavailable = |e| ReplicaError::from_sqlx(e, None);
         let mut tx = self.pool.begin().await.map_err(unavailable)?;
         let stored = offsets::lock(&mut tx, &self.offsets, group, &parts).await?;
@@ -269,11 +270,11 @@ impl PgReplicator {
             );
         }
 
-        let next: Vec<(String, i32, i64)> = last
+        let next: Vec<(TopicPartition, i64)> = last
             .iter()
-            .map(|((t, p), l)| {
-                let stored = stored.get(&(t.clone(), *p)).copied().unwrap_or(i64::MIN);
-                (t.clone(), *p, stored.max(l + 1))
+            .map(|(part, l)| {
+                let stored = stored.get(part).copied().unwrap_or(i64::MIN);
+                (part.clone(), stored.max(l + 1))
             })
             .collect();
         offsets::store(&mut tx, &self.offsets, group, &next).await?;
@@ -296,9 +297,9 @@ impl PgReplicator {
         }
         Ok(next
             .into_iter()
-            .map(|(topic, partition, next_offset)| Applied {
-                topic,
-                partition,
+            .map(|(part, next_offset)| Applied {
+                topic: part.topic.to_string(),
+                partition: part.partition,
                 next_offset,
             })
             .collect())
@@ -378,7 +379,7 @@ pub fn topic_table(config: &ReplicaConfig, topic: &str) -> Result<Option<TableNa
 pub async fn stored_offsets(
     config: &ReplicaConfig,
     group: &str,
-) -> Result<Option<HashMap<(String, i32), i64>>, ReplicaError> {
+) -> Result<Option<HashMap<TopicPartition, i64>>, ReplicaError> {
     let mut options = PgConnectOptions::from_str(&config.url)
         .map_err(|e| ReplicaError::Setup(format!("replica.url: {e}")))?;
     if let Some(p) = &config.password {
@@ -412,7 +413,9 @@ pub async fn stored_offsets(
     .map_err(|e| ReplicaError::from_sqlx(e, None))?;
     pool.close().await;
     Ok(Some(
-        rows.into_iter().map(|(t, p, o)| ((t, p), o)).collect(),
+        rows.into_iter()
+            .map(|(t, p, o)| (TopicPartition::new(t, p), o))
+            .collect(),
     ))
 }
 

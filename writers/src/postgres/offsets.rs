@@ -7,6 +7,7 @@ use sqlx::{AssertSqlSafe, Row};
 
 use super::error::ReplicaError;
 use super::naming::{TableName, quote};
+use crate::sink::TopicPartition;
 
 /// The offsets table's statements, with its (quoted) name filled in.
 #[derive(Debug, Clone)]
@@ -41,10 +42,10 @@ pub(crate) async fn lock(
     conn: &mut PgConnection,
     sql: &OffsetsSql,
     group: &str,
-    parts: &[(String, i32)],
-) -> Result<HashMap<(String, i32), i64>, ReplicaError> {
+    parts: &[TopicPartition],
+) -> Result<HashMap<TopicPartition, i64>, ReplicaError> {
     let (topics, partitions): (Vec<&str>, Vec<i32>) =
-        parts.iter().map(|(t, p)| (t.as_str(), *p)).unzip();
+        parts.iter().map(|p| (&*p.topic, p.partition)).unzip();
     let rows = sqlx::query(AssertSqlSafe(sql.lock.clone()))
         .bind(group)
         .bind(&topics)
@@ -55,7 +56,7 @@ pub(crate) async fn lock(
     rows.iter()
         .map(|r| {
             Ok((
-                (r.try_get::<String, _>(0)?, r.try_get::<i32, _>(1)?),
+                TopicPartition::new(r.try_get::<String, _>(0)?, r.try_get::<i32, _>(1)?),
                 r.try_get::<i64, _>(2)?,
             ))
         })
@@ -68,11 +69,11 @@ pub(crate) async fn store(
     conn: &mut PgConnection,
     sql: &OffsetsSql,
     group: &str,
-    next: &[(String, i32, i64)],
+    next: &[(TopicPartition, i64)],
 ) -> Result<(), ReplicaError> {
-    let topics: Vec<&str> = next.iter().map(|n| n.0.as_str()).collect();
-    let partitions: Vec<i32> = next.iter().map(|n| n.1).collect();
-    let offsets: Vec<i64> = next.iter().map(|n| n.2).collect();
+    let topics: Vec<&str> = next.iter().map(|(p, _)| &*p.topic).collect();
+    let partitions: Vec<i32> = next.iter().map(|(p, _)| p.partition).collect();
+    let offsets: Vec<i64> = next.iter().map(|(_, o)| *o).collect();
     sqlx::query(AssertSqlSafe(sql.upsert.clone()))
         .bind(group)
         .bind(&topics)

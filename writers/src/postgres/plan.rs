@@ -15,6 +15,7 @@ use super::encode::Enc;
 use super::error::{At, ReplicaError};
 use super::naming::{NameSource, NameTemplate, TableName, check_ident};
 use super::types::{ColumnType, column_name, column_type, is_column};
+use crate::sink::TopicPartition;
 
 /// The parts of the config planning needs.
 pub(crate) struct Rules {
@@ -218,7 +219,7 @@ fn value_fields(shape: ValueShape, after: &StructArray) -> impl Iterator<Item = 
 pub(crate) fn plan<'a>(
     rules: &Rules,
     batches: &'a [ChangeBatch],
-    stored: &HashMap<(String, i32), i64>,
+    stored: &HashMap<TopicPartition, i64>,
 ) -> Result<Vec<TableWork<'a>>, ReplicaError> {
     let mut tables: Vec<TableWork<'a>> = Vec::new();
     let mut index: HashMap<TableName, usize> = HashMap::new();
@@ -236,7 +237,7 @@ pub(crate) fn plan<'a>(
             reason,
         })?;
         let from = stored
-            .get(&(b.topic.to_string(), b.partition))
+            .get(&TopicPartition::new(b.topic.clone(), b.partition))
             .copied()
             .unwrap_or(i64::MIN);
         let mut fixed_name: Option<usize> = None;

@@ -11,6 +11,7 @@ use object_store::{ObjectStore, ObjectStoreExt};
 
 use super::{Problem, ProblemKind, ReplayError};
 use crate::parquet::{JodaPattern, KeyTemplate, Marker, marker, store};
+use crate::sink::TopicPartition;
 
 /// Requests to the store in flight while planning.
 const CONCURRENCY: usize = 16;
@@ -299,7 +300,7 @@ fn store_error(what: &str, source: object_store::Error) -> ReplayError {
 pub async fn plan(
     raw: &RawLayer,
     selection: &Selection,
-    stored: &HashMap<(String, i32), i64>,
+    stored: &HashMap<TopicPartition, i64>,
 ) -> Result<Plan, ReplayError> {
     let root = raw.marker_root();
     let listing = raw
@@ -362,7 +363,9 @@ pub async fn plan(
         if !selection.offsets.is_empty() && range.is_none() {
             continue;
         }
-        let stored_next = stored.get(&(topic.clone(), partition)).copied();
+        let stored_next = stored
+            .get(&TopicPartition::new(topic.as_str(), partition))
+            .copied();
         let lower = range.and_then(|r| r.from);
         let begin = stored_next
             .unwrap_or(i64::MIN)

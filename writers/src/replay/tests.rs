@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 use super::*;
 use crate::parquet::ParquetWriter;
 use crate::postgres::describe_plan;
+use crate::sink::TopicPartition;
 
 const TOPIC: &str = "t.public.items";
 const T0: i64 = 1_714_568_400_000; // 2024-05-01T13:00:00Z
@@ -296,7 +297,7 @@ async fn selection_cuts_by_offsets_time_and_the_replica_offset() {
     let store = write_raw(&config, &live).await;
     let raw = RawLayer::with_store(&config, store, String::new()).expect("raw layer");
     let all = offsets_and_ops(&live);
-    let read = |sel: Selection, stored: HashMap<(String, i32), i64>| {
+    let read = |sel: Selection, stored: HashMap<TopicPartition, i64>| {
         let raw = &raw;
         async move {
             let plan = plan(raw, &sel, &stored).await.expect("plan");
@@ -314,7 +315,7 @@ async fn selection_cuts_by_offsets_time_and_the_replica_offset() {
     // The replica's stored offset.
     let (_, got) = read(
         Selection::default(),
-        HashMap::from([((TOPIC.to_owned(), 0), 12)]),
+        HashMap::from([(TopicPartition::new(TOPIC, 0), 12)]),
     )
     .await;
     assert_eq!(got, all[12..].to_vec());
@@ -477,9 +478,13 @@ async fn missing_files_gaps_and_corrupt_files_are_named() {
         ],
         ..Selection::default()
     };
-    let p = plan(&raw, &sel, &HashMap::from([((TOPIC.to_owned(), 0), 0)]))
-        .await
-        .expect("plan");
+    let p = plan(
+        &raw,
+        &sel,
+        &HashMap::from([(TopicPartition::new(TOPIC, 0), 0)]),
+    )
+    .await
+    .expect("plan");
     assert!(
         p.problems.is_empty(),
         "an explicit lower bound is not a gap"
