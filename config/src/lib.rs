@@ -265,6 +265,14 @@ pub enum ConfigError {
     Invalid { field: &'static str, reason: String },
 }
 
+/// Every config error is lakesink's own configuration refusing to run: an operator must mend
+/// the file or the environment.
+impl lakesink_model::Classify for ConfigError {
+    fn fault(&self) -> lakesink_model::Fault {
+        lakesink_model::Fault::Refused(None)
+    }
+}
+
 impl Config {
     /// Reads `path`, applies `LAKESINK__…` overrides from the process environment, validates.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {

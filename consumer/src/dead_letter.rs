@@ -14,7 +14,7 @@ use rdkafka::message::{Header, Headers, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
-use crate::kafka::GroupContext;
+use crate::kafka::{self, GroupContext};
 use crate::kafka_auth;
 
 /// Where in Kafka Connect's terms a record failed (`__connect.errors.stage`).
@@ -61,6 +61,7 @@ impl DeadLetters {
             .set("acks", "all");
         let producer = producer
             .create_with_context(GroupContext::plain(kafka)?)
+            .map_err(kafka::failure)
             .context("creating the dead-letter producer")?;
         let mut reader = cc;
         reader
@@ -69,6 +70,7 @@ impl DeadLetters {
             .set("enable.partition.eof", "false");
         let reader = reader
             .create_with_context(GroupContext::plain(kafka)?)
+            .map_err(kafka::failure)
             .context("creating the dead-letter reader")?;
         Ok(Some(Self {
             producer,
@@ -133,7 +135,7 @@ impl DeadLetters {
         self.producer
             .send(record, Duration::from_secs(60))
             .await
-            .map_err(|(e, _)| e)
+            .map_err(|(e, _)| kafka::failure(e))
             .with_context(|| {
                 format!(
                     "copying {}[{}] offset {} to the dead-letter topic {}",

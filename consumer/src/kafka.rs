@@ -4,6 +4,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
 use lakesink_config::{KafkaConfig, NonDataAction, NonDataConfig};
+use lakesink_model::{Classify, Failure, Fault, System};
 use lakesink_schema_registry::{
     ChangeBatch, ChangeDecoder, KafkaRecord, NonData, Route, Routes, SchemaResolver,
 };
@@ -114,6 +115,56 @@ impl ClientContext for GroupContext {
     }
 }
 
+/// A Kafka client's error, classified: a refusal (credentials, authorization, a setting
+/// librdkafka or the cluster rejects, another member with this instance id) needs an operator;
+/// anything else is the cluster being unavailable, which librdkafka or the loop retries.
+#[derive(Debug)]
+pub(crate) struct KafkaFailure(pub(crate) KafkaError);
+
+// Transparent: it says what librdkafka said.
+impl std::fmt::Display for KafkaFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for KafkaFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl Classify for KafkaFailure {
+    fn fault(&self) -> Fault {
+        use RDKafkaErrorCode::*;
+        match &self.0 {
+            // lakesink's settings: kafka.properties, kafka.security.
+            KafkaError::ClientConfig(..) | KafkaError::ClientCreation(_) | KafkaError::Nul(_) => {
+                Fault::Refused(None)
+            }
+            e => match e.rdkafka_error_code() {
+                Some(
+                    Authentication
+                    | SaslAuthenticationFailed
+                    | TopicAuthorizationFailed
+                    | GroupAuthorizationFailed
+                    | ClusterAuthorizationFailed
+                    | TransactionalIdAuthorizationFailed
+                    | DelegationTokenAuthorizationFailed
+                    | InvalidConfig
+                    | FencedInstanceId,
+                ) => Fault::Refused(Some(System::Kafka)),
+                _ => Fault::Unavailable(System::Kafka),
+            },
+        }
+    }
+}
+
+/// `e` as the run's error, classified.
+pub(crate) fn failure(e: KafkaError) -> Failure {
+    Failure::new(KafkaFailure(e))
+}
+
 /// Whether `error` is a broker that cannot be reached: `Some(true)` when every one is down.
 pub(crate) fn transport(error: &KafkaError) -> Option<bool> {
     use RDKafkaErrorCode::*;
@@ -216,6 +267,7 @@ pub(crate) fn subscribe(
             telemetry,
             auth: KafkaAuth::new(config)?,
         })
+        .map_err(failure)
         .context("creating the Kafka consumer")?;
     let subscription = match &config.topics_regex {
         // librdkafka treats a topic starting with `^` as a regex.
@@ -226,6 +278,7 @@ pub(crate) fn subscribe(
     let topics: Vec<&str> = subscription.iter().map(String::as_str).collect();
     consumer
         .subscribe(&topics)
+        .map_err(failure)
         .with_context(|| format!("subscribing to {topics:?}"))?;
     info!(brokers = %config.brokers, group = %config.group_id,
         instance = config.instance_id.as_deref().unwrap_or("-"), ?topics, "consuming");
@@ -270,6 +323,7 @@ pub(crate) fn unsubscribed(
         // Only when a position falls out of the log while reading (retention).
         .set("auto.offset.reset", "earliest");
     cc.create_with_context(GroupContext::plain(config)?)
+        .map_err(failure)
         .context("creating the Kafka consumer")
 }
 
@@ -540,5 +594,45 @@ pub(crate) mod calls {
                 None
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_by_the_cluster_or_the_settings_is_no_outage() {
+        let fault = |e| KafkaFailure(e).fault();
+        use RDKafkaErrorCode::*;
+        for code in [
+            SaslAuthenticationFailed,
+            TopicAuthorizationFailed,
+            GroupAuthorizationFailed,
+            FencedInstanceId,
+        ] {
+            assert_eq!(
+                fault(KafkaError::MessageConsumption(code)),
+                Fault::Refused(Some(System::Kafka)),
+                "{code:?}"
+            );
+        }
+        assert_eq!(
+            fault(KafkaError::ClientCreation("bad property".into())),
+            Fault::Refused(None)
+        );
+        for code in [BrokerTransportFailure, AllBrokersDown, OperationTimedOut] {
+            assert_eq!(
+                fault(KafkaError::MessageConsumption(code)),
+                Fault::Unavailable(System::Kafka),
+                "{code:?}"
+            );
+        }
+        let e = failure(KafkaError::MessageConsumption(TopicAuthorizationFailed));
+        assert_eq!(
+            e.to_string(),
+            KafkaError::MessageConsumption(TopicAuthorizationFailed).to_string(),
+            "says what librdkafka said"
+        );
     }
 }

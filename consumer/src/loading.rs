@@ -3,6 +3,7 @@
 
 use anyhow::Context;
 use lakesink_config::Config;
+use lakesink_model::Failure;
 
 use crate::aws_secrets;
 
@@ -11,9 +12,9 @@ use crate::aws_secrets;
 pub(crate) async fn load(path: &std::path::Path) -> anyhow::Result<Config> {
     let mut config = Config::load(path).map_err(|e| match e {
         lakesink_config::ConfigError::Parse { .. } | lakesink_config::ConfigError::Read { .. } => {
-            anyhow::Error::new(e)
+            anyhow::Error::new(Failure::new(e))
         }
-        e => anyhow::Error::new(e).context(format!("loading {}", path.display())),
+        e => anyhow::Error::new(Failure::new(e)).context(format!("loading {}", path.display())),
     })?;
     // Boxed: the AWS configuration loader's future is large, and rarely needed.
     Box::pin(aws_secrets::resolve(&mut config))

@@ -26,14 +26,11 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use lakesink_config::{Config, LogFormat, PayloadIds, RecordFormat};
-use lakesink_model::{Backoff, Classify, Fault, System, retrying};
-use lakesink_schema_registry::{
-    CachedResolver, ChangeError, FixedResolver, Format, HttpRegistry, IdKind,
-};
-use lakesink_writers::ReplicaError;
-use lakesink_writers::parquet::{ParquetWriter, RawError, RawSink};
+use lakesink_model::{Backoff, Classify, Failure, retrying};
+use lakesink_schema_registry::{CachedResolver, FixedResolver, Format, HttpRegistry, IdKind};
+use lakesink_writers::parquet::{ParquetWriter, RawSink};
 use lakesink_writers::postgres::{Rejects, ReplicaSink};
-use lakesink_writers::sink::{Meter, Sink, SinkError};
+use lakesink_writers::sink::{Meter, Sink};
 
 use dead_letter::DeadLetters;
 use loading::{describe, load};
@@ -204,10 +201,8 @@ async fn run(config: &Config, telemetry: Arc<Telemetry>) -> anyhow::Result<()> {
     // In this order: the raw layer first, as a backup comes before the copy.
     let mut enabled: Vec<Box<dyn Sink>> = Vec::new();
     if let Some(raw) = &config.raw {
-        enabled.push(Box::new(RawSink::new(
-            ParquetWriter::new(raw)?,
-            telemetry.clone(),
-        )));
+        let writer = ParquetWriter::new(raw).map_err(|e| Failure::in_sink(RAW, e))?;
+        enabled.push(Box::new(RawSink::new(writer, telemetry.clone())));
     }
     if let Some(r) = &config.replica {
         let rejects = dead
@@ -223,7 +218,8 @@ async fn run(config: &Config, telemetry: Arc<Telemetry>) -> anyhow::Result<()> {
             "connecting to the replica",
             || ReplicaSink::connect(r, &config.kafka.group_id, meter.clone(), rejects.clone()),
         )
-        .await?;
+        .await
+        .map_err(|e| Failure::in_sink(REPLICA, e))?;
         enabled.push(Box::new(replica));
     }
     let sinks = (enabled, telemetry);
@@ -231,7 +227,8 @@ async fn run(config: &Config, telemetry: Arc<Telemetry>) -> anyhow::Result<()> {
     match record_format(config)? {
         format @ Format::Avro { .. } => {
             let registry =
-                CachedResolver::new(HttpRegistry::new(registry::config(&config.registry)?)?);
+                HttpRegistry::new(registry::config(&config.registry)?).map_err(Failure::new)?;
+            let registry = CachedResolver::new(registry);
             pipeline::run(
                 &config.kafka,
                 subscribed,
@@ -260,25 +257,13 @@ async fn run(config: &Config, telemetry: Arc<Telemetry>) -> anyhow::Result<()> {
 }
 
 /// Which sink and component an error that stopped the run came from, for `/status` and alerts:
-/// the first error in the chain that knows its fault.
+/// the first classified failure in the chain. An error nothing classified is lakesink's own
+/// (the data, or its own state).
 fn blame(e: &anyhow::Error) -> (Option<&'static str>, Component) {
-    for cause in e.chain() {
-        let (sink, fault) = if let Some(s) = cause.downcast_ref::<SinkError>() {
-            (Some(s.sink), s.fault())
-        } else if let Some(r) = cause.downcast_ref::<ReplicaError>() {
-            (Some(REPLICA), r.fault())
-        } else if let Some(r) = cause.downcast_ref::<RawError>() {
-            (Some(RAW), r.fault())
-        } else if let Some(c) = cause.downcast_ref::<ChangeError>() {
-            (None, c.fault())
-        } else if cause.downcast_ref::<rdkafka::error::KafkaError>().is_some() {
-            (None, Fault::Unavailable(System::Kafka))
-        } else {
-            continue;
-        };
-        return (sink, Component::of(fault));
+    match Failure::find(e.chain()) {
+        Some(f) => (f.sink(), Component::of(f.fault())),
+        None => (None, Component::Data),
     }
-    (None, Component::Data)
 }
 
 fn init_logs(format: LogFormat) {

@@ -7,7 +7,7 @@ pub mod fault;
 pub mod retry;
 
 pub use causes::with_causes;
-pub use fault::{Classify, Fault, System};
+pub use fault::{Classify, Failure, Fault, System};
 pub use retry::{Backoff, Observe, Retry, retrying};
 
 use std::sync::Arc;

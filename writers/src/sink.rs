@@ -29,13 +29,12 @@
 //! client, so the consumer, replay and tests drive it alike.
 
 use std::collections::HashMap;
-use std::error::Error;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 pub use lakesink_model::TopicPartition;
-use lakesink_model::{Classify, Fault, Observe};
+use lakesink_model::{Failure, Observe};
 use lakesink_schema_registry::ChangeBatch;
 
 pub trait Sink: Send {
@@ -208,47 +207,10 @@ pub struct Backpressure {
     pub read_again: Vec<(TopicPartition, i64)>,
 }
 
-/// A sink's error, with the sink's name and the fault of the error underneath.
-#[derive(Debug, thiserror::Error)]
-#[error("{sink} sink")]
-pub struct SinkError {
-    pub sink: &'static str,
-    fault: Fault,
-    #[source]
-    source: Box<dyn Error + Send + Sync>,
-}
-
-impl SinkError {
-    pub fn new<E>(sink: &'static str, e: E) -> Self
-    where
-        E: Classify + Error + Send + Sync + 'static,
-    {
-        Self {
-            sink,
-            fault: e.fault(),
-            source: Box::new(e),
-        }
-    }
-
-    /// For an error that classifies itself otherwise (a dead-letter hand-off, a task).
-    pub fn with_fault(
-        sink: &'static str,
-        fault: Fault,
-        source: impl Into<Box<dyn Error + Send + Sync>>,
-    ) -> Self {
-        Self {
-            sink,
-            fault,
-            source: source.into(),
-        }
-    }
-}
-
-impl Classify for SinkError {
-    fn fault(&self) -> Fault {
-        self.fault
-    }
-}
+/// A sink's error: the failure underneath, classified, naming the sink
+/// ([`Failure::in_sink`], or [`Failure::with_fault`] for an error that does not classify
+/// itself).
+pub type SinkError = Failure;
 
 /// The rows of `batch` at or above `floor` (rows are in offset order); None when none is.
 pub fn skip_below(batch: &ChangeBatch, floor: i64) -> Option<ChangeBatch> {

@@ -78,7 +78,11 @@ impl Sink for MemorySink {
     ) -> BoxFuture<'a, Result<(), SinkError>> {
         let mut st = self.lock();
         let result = match st.fail_next_write.take() {
-            Some(fault) => Err(SinkError::with_fault(self.name, fault, "told to fail")),
+            Some(fault) => Err(SinkError::with_fault(
+                Some(self.name),
+                fault,
+                "told to fail",
+            )),
             None => {
                 for b in batches {
                     if matches!(b.shape, ValueShape::NonData(_)) {
@@ -161,7 +165,7 @@ impl Sink for MemorySink {
         let mut st = self.lock();
         let result = if st.stalled {
             Err(SinkError::with_fault(
-                self.name,
+                Some(self.name),
                 Fault::Unavailable(System::Database),
                 "stalled at close",
             ))

@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::Context;
 use futures::FutureExt;
 use lakesink_config::KafkaConfig;
-use lakesink_model::Backoff;
+use lakesink_model::{Backoff, Failure, Fault};
 use lakesink_schema_registry::{ChangeDecoder, Format, SchemaResolver};
 use lakesink_writers::sink::{Resume, Sink, TopicPartition};
 use rdkafka::Message;
@@ -192,7 +192,7 @@ pub(crate) async fn run<R: SchemaResolver>(
                         draining = true;
                     }
                 }
-                Err(e) => return Err(e).context("consuming"),
+                Err(e) => return Err(kafka::failure(e)).context("consuming"),
                 Ok(msg) => {
                     if erring {
                         erring = false;
@@ -209,6 +209,7 @@ pub(crate) async fn run<R: SchemaResolver>(
                         let seek = start(&consumer, &resumers, &part, msg.offset(), &tx).await?;
                         if let Some(to) = seek {
                             calls::seek(&consumer, &part, to)
+                                .map_err(kafka::failure)
                                 .with_context(|| format!("seeking {part} to {to}"))?;
                             continue;
                         }
@@ -253,7 +254,9 @@ pub(crate) async fn run<R: SchemaResolver>(
         (Ok(None), Some(sinks)) => sinks,
         (Ok(None), None) => Ok(()),
     }?;
-    calls::commit_final(&consumer).context("committing offsets on shutdown")
+    calls::commit_final(&consumer)
+        .map_err(kafka::failure)
+        .context("committing offsets on shutdown")
 }
 
 /// SIGINT or SIGTERM.
@@ -272,7 +275,8 @@ fn subscription(config: &KafkaConfig) -> String {
 }
 
 fn flatten(done: Result<anyhow::Result<()>, tokio::task::JoinError>) -> anyhow::Result<()> {
-    done.context("the sink task failed")?
+    done.map_err(|e| Failure::with_fault(None, Fault::Bug, e))
+        .context("the sink task failed")?
 }
 
 /// On a partition's first record (`first`, the group's committed offset): where each sink
@@ -366,6 +370,7 @@ async fn rewind<R: SchemaResolver>(
             h.forget(&part.topic, part.partition);
         }
         calls::seek(consumer, &part, from)
+            .map_err(kafka::failure)
             .with_context(|| format!("seeking {part} back to {from}"))?;
         send(tx, ToSinks::Rewound(part, from)).await?;
     }

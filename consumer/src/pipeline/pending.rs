@@ -6,7 +6,7 @@ use foldhash::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lakesink_model::{Backoff, Classify, Fault, Retry};
+use lakesink_model::{Backoff, Classify, Failure, Fault, Retry};
 use lakesink_schema_registry::{ChangeBatch, ChangeDecoder, SchemaResolver};
 use lakesink_writers::sink::TopicPartition;
 use rdkafka::Message;
@@ -85,7 +85,9 @@ pub(super) async fn hand_over<R: SchemaResolver>(
     tx: &mpsc::Sender<ToSinks>,
     telemetry: &Telemetry,
 ) -> anyhow::Result<()> {
-    pending.batches.extend(decoder.finish_all()?);
+    pending
+        .batches
+        .extend(decoder.finish_all().map_err(Failure::new)?);
     pending.records = 0;
     if let Some(h) = &mut pending.headers {
         let batches = std::mem::take(&mut pending.batches);
@@ -149,7 +151,7 @@ pub(super) async fn decode<R: SchemaResolver>(
             Ok(batches) => return Ok(batches),
             Err(e) if e.fault() == Fault::BadData && dead_letters.is_some() => {
                 let Some(dl) = dead_letters else {
-                    return Err(e.into());
+                    return Err(Failure::new(e).into());
                 };
                 dl.send(msg, Stage::Decode, &e.to_string()).await?;
                 warn!(error = %e, dead_letter_topic = dl.topic(), "bad record sent to the dead-letter topic");
@@ -168,9 +170,9 @@ pub(super) async fn decode<R: SchemaResolver>(
                     "{e}. To set such records aside and go on, set errors.tolerance = \"all\" \
                      and errors.dead-letter-topic"
                 );
-                return Err(anyhow::Error::new(e).context(said));
+                return Err(anyhow::Error::new(Failure::new(e)).context(said));
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(Failure::new(e).into()),
         }
     }
 }

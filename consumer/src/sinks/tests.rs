@@ -188,7 +188,7 @@ async fn a_failing_sink_stops_the_loop_naming_itself() {
     h.batches(0, 0..3).await;
     let err = h.task.await.expect("joined").expect_err("the loop stops");
     let sink = err.downcast_ref::<SinkError>().expect("a sink error");
-    assert_eq!(sink.sink, "b");
+    assert_eq!(sink.sink(), Some("b"));
     assert_eq!(sink.fault(), Fault::Refused(Some(System::Database)));
 }
 

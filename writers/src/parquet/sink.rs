@@ -44,7 +44,7 @@ impl RawSink {
     }
 
     fn error(e: RawError) -> SinkError {
-        SinkError::new(RAW, e)
+        SinkError::in_sink(RAW, e)
     }
 
     /// A store error: the raw layer lets go while the store is unavailable; any other error
@@ -284,7 +284,7 @@ impl Resume for RawResume {
                 || self.positions.held(&part.topic, part.partition),
             )
             .await
-            .map_err(|e| SinkError::new(RAW, e))?;
+            .map_err(|e| SinkError::in_sink(RAW, e))?;
             let durable = match (held.and_then(|h| h.durable), mark) {
                 (Some(a), Some(b)) => Some(a.max(b)),
                 (a, b) => a.or(b),

@@ -148,7 +148,7 @@ impl ReplicaSink {
                     None => apply(&replicator, &group, &batches, &*meter)
                         .await
                         .map(|_| receipts(&batches))
-                        .map_err(|e| SinkError::new(REPLICA, e)),
+                        .map_err(|e| SinkError::in_sink(REPLICA, e)),
                 };
                 (lane, applied)
             });
@@ -161,7 +161,7 @@ impl ReplicaSink {
             return Ok(None);
         };
         let (lane, receipts) =
-            done.map_err(|e| SinkError::with_fault(REPLICA, Fault::Bug, e.to_string()))?;
+            done.map_err(|e| SinkError::with_fault(Some(REPLICA), Fault::Bug, e))?;
         self.lanes.done(lane);
         let receipts = receipts?;
         tracing::debug!(
@@ -428,7 +428,7 @@ impl Resume for ReplicaResume {
                 },
             )
             .await
-            .map_err(|e| SinkError::new(REPLICA, e))?;
+            .map_err(|e| SinkError::in_sink(REPLICA, e))?;
             let next = found.get(&part.partition).copied();
             let behind = next.filter(|&n| n < committed);
             if let Some(from) = behind {

@@ -29,7 +29,7 @@ pub(super) async fn apply_tolerating(
     dead: &dyn Rejects,
     meter: &dyn Meter,
 ) -> Result<Vec<Receipt>, SinkError> {
-    let failed = |e: ReplicaError| SinkError::new(REPLICA, e);
+    let failed = |e: ReplicaError| SinkError::in_sink(REPLICA, e);
     // Rows applied per partition: what went to the dead-letter topic is not counted.
     let mut applied: BTreeMap<TopicPartition, u64> = BTreeMap::new();
     let mut count = |chunk: &[ChangeBatch]| {
@@ -56,7 +56,7 @@ pub(super) async fn apply_tolerating(
                     } else if rows(&chunk) <= 1 {
                         let bad = chunk.into_iter().find(|b| b.rows.num_rows() == 1);
                         let bad = bad.ok_or_else(|| {
-                            SinkError::with_fault(REPLICA, Fault::BadData, reason.clone())
+                            SinkError::with_fault(Some(REPLICA), Fault::BadData, reason.clone())
                         })?;
                         steps.push_front(Step::Dead(Box::new(bad), reason));
                     } else {
@@ -71,7 +71,7 @@ pub(super) async fn apply_tolerating(
                 dead.reject(&bad.topic, bad.partition, offset, &reason)
                     .await
                     .map_err(|e| {
-                        SinkError::with_fault(REPLICA, Fault::Unavailable(System::Kafka), e)
+                        SinkError::with_fault(Some(REPLICA), Fault::Unavailable(System::Kafka), e)
                     })?;
                 warn!(error = %reason, dead_letter_topic = dead.topic(), "a record the replica cannot take sent to the dead-letter topic");
                 meter.dead_lettered(&bad.topic);
