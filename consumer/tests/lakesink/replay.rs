@@ -1,7 +1,8 @@
 //! `lakesink replay` through the binary, on the synthetic Debezium table: the live service
 //! writes the raw layer and the replica; the replica's table and offsets are dropped; replay
 //! rebuilds them (killed mid-way once, then resumed); the live service takes over with no
-//! gap and no duplicate. Then bad input: a data file deleted, a file truncated.
+//! gap and no duplicate. Then bad input: a data file deleted, a file truncated, a table the
+//! rows cannot go into, rows the replica refuses.
 
 use std::collections::BTreeMap;
 use std::process::{Command, Output};
@@ -370,6 +371,58 @@ async fn bad_input_is_named_and_stops_the_replay_unless_told_to_go_on() {
         text(&out)
     );
     assert!(offsets(&pg, &replayer.group, &topic).await.is_empty());
+
+    // Rows the replica refuses, with --continue-on-error: split out as the live service splits
+    // them for its dead-letter topic, each named with its offset and file; the replica's
+    // offset moves past them and every other row is applied.
+    drop_replica(&pg, &table_name, &replayer.group).await;
+    let out = replay(&replayer, &[], None);
+    assert!(out.status.success(), "{}", text(&out));
+    let refused = [123i64, 456];
+    for sql in [
+        format!("TRUNCATE public.\"{table_name}\""),
+        format!(
+            "ALTER TABLE public.\"{table_name}\" ADD CONSTRAINT not_these CHECK (id NOT IN (123, 456))"
+        ),
+        format!(
+            "DELETE FROM public.lakesink_offsets WHERE group_id = '{}'",
+            replayer.group
+        ),
+    ] {
+        sqlx::query(AssertSqlSafe(sql))
+            .execute(&pg)
+            .await
+            .expect("prepare");
+    }
+    let out = replay(&replayer, &["--continue-on-error"], None);
+    assert!(
+        !out.status.success(),
+        "problems make it fail: {}",
+        text(&out)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let problems: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains("problem: refused by the replica"))
+        .collect();
+    assert_eq!(problems.len(), refused.len(), "{}", text(&out));
+    for (line, offset) in problems.iter().zip(refused) {
+        assert!(
+            line.contains(&format!("{topic}[0] offsets {offset}..={offset}, object "))
+                && line.contains("not_these"),
+            "{line}\n{}",
+            text(&out)
+        );
+    }
+    let (alive, quantity, _) = expected_table(count);
+    let left_out: i64 = refused.iter().map(|i| (i % 7 + 1) % 50 + 1).sum();
+    let (rows, sum, _) = table_state(&pg, &table_name).await;
+    assert_eq!((rows, sum), (alive - 2, quantity - left_out));
+    assert_eq!(
+        offsets(&pg, &replayer.group, &topic).await,
+        BTreeMap::from([(0, count)]),
+        "past the refused records"
+    );
     sqlx::query(AssertSqlSafe(format!("DROP TABLE public.\"{table_name}\"")))
         .execute(&pg)
         .await

@@ -11,6 +11,8 @@ use crate::sink::TopicPartition as Part;
 
 pub(crate) struct Lanes {
     lanes: Vec<Lane>,
+    /// How a batch's bytes are counted against the bounds.
+    bytes: Measure,
     /// Each partition's lane, kept after a revoke: a partition assigned again must not be
     /// applied in a second lane while its old transaction may still run in the first.
     lane_of: HashMap<Part, usize>,
@@ -29,6 +31,25 @@ struct Lane {
     running_since: Option<Instant>,
 }
 
+/// How much one transaction takes of a lane, at most (at least one batch).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limit {
+    pub rows: usize,
+    pub bytes: usize,
+}
+
+impl Limit {
+    /// Everything pending: the live replica's pending work is bounded before it is queued.
+    pub(crate) const NONE: Limit = Limit {
+        rows: usize::MAX,
+        bytes: usize::MAX,
+    };
+
+    fn reached(&self, rows: usize, bytes: usize) -> bool {
+        rows >= self.rows || bytes >= self.bytes
+    }
+}
+
 /// When a lane counts as stuck: its transaction has run at least `after` while at least
 /// `rows` rows or `bytes` bytes wait behind it, or behind it and the lanes not stuck
 /// together (see `Lanes::stuck_lanes`).
@@ -40,9 +61,10 @@ pub(crate) struct Stuck {
 }
 
 impl Lanes {
-    pub(crate) fn new(count: usize) -> Self {
+    pub(crate) fn new(count: usize, bytes: Measure) -> Self {
         Self {
             lanes: (0..count.max(1)).map(|_| Lane::default()).collect(),
+            bytes,
             lane_of: HashMap::new(),
         }
     }
@@ -50,13 +72,35 @@ impl Lanes {
     /// Queues a batch in its partition's lane.
     pub(crate) fn push(&mut self, batch: ChangeBatch) {
         let part = Part::new(batch.topic.clone(), batch.partition);
-        let (rows, bytes) = (batch.rows.num_rows(), batch.rows.get_array_memory_size());
+        let (rows, bytes) = (batch.rows.num_rows(), (self.bytes)(&batch));
         let lane = self.lane(&part);
         let lane = &mut self.lanes[lane];
         lane.rows += rows;
         lane.bytes += bytes;
         lane.pending_start.entry(part).or_insert(batch.first_offset);
         lane.pending.push(batch);
+    }
+
+    /// Puts a partition in `lane` before any of its batches (replay balances partitions by
+    /// their rows); a partition already placed stays where it is.
+    pub(crate) fn place(&mut self, part: &Part, lane: usize) {
+        let lane = lane % self.lanes.len();
+        self.lane_of.entry(part.clone()).or_insert(lane);
+    }
+
+    /// The lanes there are.
+    pub(crate) fn count(&self) -> usize {
+        self.lanes.len()
+    }
+
+    /// A partition's lane, if it has one.
+    pub(crate) fn lane_of(&self, part: &Part) -> Option<usize> {
+        self.lane_of.get(part).copied()
+    }
+
+    /// Rows and bytes waiting in a lane.
+    pub(crate) fn pending_in(&self, lane: usize) -> (usize, usize) {
+        self.lanes.get(lane).map_or((0, 0), |l| (l.rows, l.bytes))
     }
 
     /// A partition's lane; a new partition goes to the lane with the fewest.
@@ -140,17 +184,23 @@ impl Lanes {
             .collect()
     }
 
-    /// Takes the pending batches of every idle lane, marking those lanes busy.
-    pub(crate) fn take_ready(&mut self) -> Vec<(usize, Vec<ChangeBatch>)> {
+    /// Takes a transaction's batches from every idle lane, marking those lanes busy: what it
+    /// holds in the order it came, up to `limit`. A lane holding less than `limit` waits while
+    /// `hold(lane)` says more is coming for it.
+    pub(crate) fn take_ready(
+        &mut self,
+        limit: Limit,
+        hold: impl Fn(usize) -> bool,
+    ) -> Vec<(usize, Vec<ChangeBatch>)> {
         let mut ready = Vec::new();
         for (index, lane) in self.lanes.iter_mut().enumerate() {
             if lane.running_since.is_some() || lane.pending.is_empty() {
                 continue;
             }
-            let batches = std::mem::take(&mut lane.pending);
-            lane.inflight_start = std::mem::take(&mut lane.pending_start);
-            lane.rows = 0;
-            lane.bytes = 0;
+            if !limit.reached(lane.rows, lane.bytes) && hold(index) {
+                continue;
+            }
+            let batches = lane.take(limit, self.bytes);
             lane.running_since = Some(Instant::now());
             ready.push((index, batches));
         }
@@ -179,11 +229,12 @@ impl Lanes {
         let &index = self.lane_of.get(part)?;
         let lane = &mut self.lanes[index];
         let (rows, bytes) = (&mut lane.rows, &mut lane.bytes);
+        let measure = self.bytes;
         lane.pending.retain(|b| {
             let keep = !(b.topic == part.topic && b.partition == part.partition);
             if !keep {
                 *rows -= b.rows.num_rows();
-                *bytes -= b.rows.get_array_memory_size();
+                *bytes -= measure(b);
             }
             keep
         });
@@ -196,6 +247,70 @@ impl Lanes {
             .get(part)
             .is_some_and(|&l| self.lanes[l].running_since.is_some())
     }
+}
+
+impl Lane {
+    /// The first batches, up to `limit` (at least one); what is left stays pending.
+    fn take(&mut self, limit: Limit, measure: Measure) -> Vec<ChangeBatch> {
+        let (mut rows, mut bytes, mut n) = (0usize, 0usize, 0);
+        let all = !limit.reached(self.rows, self.bytes) || self.pending.len() == 1;
+        for b in self.pending.iter().filter(|_| !all) {
+            let (r, by) = (b.rows.num_rows(), measure(b));
+            if n > 0
+                && (rows.saturating_add(r) > limit.rows || bytes.saturating_add(by) > limit.bytes)
+            {
+                break;
+            }
+            rows += r;
+            bytes += by;
+            n += 1;
+        }
+        if all || n == self.pending.len() {
+            self.inflight_start = std::mem::take(&mut self.pending_start);
+            self.rows = 0;
+            self.bytes = 0;
+            return std::mem::take(&mut self.pending);
+        }
+        let taken: Vec<ChangeBatch> = self.pending.drain(..n).collect();
+        self.rows -= rows;
+        self.bytes -= bytes;
+        self.inflight_start = first_offsets(&taken);
+        self.pending_start = first_offsets(&self.pending);
+        taken
+    }
+}
+
+/// Each partition's first offset in `batches`.
+fn first_offsets(batches: &[ChangeBatch]) -> HashMap<Part, i64> {
+    let mut out = HashMap::new();
+    for b in batches {
+        out.entry(Part::new(b.topic.clone(), b.partition))
+            .or_insert(b.first_offset);
+    }
+    out
+}
+
+/// How a batch's bytes are counted.
+pub(crate) type Measure = fn(&ChangeBatch) -> usize;
+
+/// The Arrow memory a batch holds, buffers' spare capacity and whole buffers behind a slice
+/// included: what the live replica bounds (`replica.batch-max-bytes`).
+pub(crate) fn held_bytes(b: &ChangeBatch) -> usize {
+    b.rows.get_array_memory_size()
+}
+
+/// The bytes of a batch's own rows: replay's batches are slices of a file's columns, whose
+/// whole buffers [`held_bytes`] would count once for every slice.
+pub(crate) fn slice_bytes(b: &ChangeBatch) -> usize {
+    b.rows
+        .columns()
+        .iter()
+        .map(|c| {
+            c.to_data()
+                .get_slice_memory_size()
+                .unwrap_or_else(|_| c.get_array_memory_size())
+        })
+        .sum()
 }
 
 #[cfg(test)]
@@ -215,11 +330,11 @@ mod tests {
 
     #[test]
     fn partitions_spread_evenly_and_stay_in_their_lane() {
-        let mut lanes = Lanes::new(3);
+        let mut lanes = Lanes::new(3, held_bytes);
         for p in 0..6 {
             lanes.push(batch("t", p, 0..10));
         }
-        let ready = lanes.take_ready();
+        let ready = lanes.take_ready(Limit::NONE, |_| false);
         assert_eq!(ready.len(), 3);
         for (_, batches) in &ready {
             assert_eq!(batches.len(), 2, "two partitions per lane");
@@ -231,9 +346,9 @@ mod tests {
             .expect("partition 3 taken");
         // Busy lanes give nothing until done, and a partition comes back to its own lane.
         lanes.push(batch("t", 3, 10..20));
-        assert!(lanes.take_ready().is_empty());
+        assert!(lanes.take_ready(Limit::NONE, |_| false).is_empty());
         lanes.done(lane_of_3);
-        let again = lanes.take_ready();
+        let again = lanes.take_ready(Limit::NONE, |_| false);
         assert_eq!(again.len(), 1);
         assert_eq!(again[0].0, lane_of_3);
         assert_eq!(parts(&again[0].1), vec![("t".to_owned(), 3, 10)]);
@@ -241,11 +356,11 @@ mod tests {
 
     #[test]
     fn a_partitions_batches_keep_their_order() {
-        let mut lanes = Lanes::new(2);
+        let mut lanes = Lanes::new(2, held_bytes);
         lanes.push(batch("a", 0, 0..5));
         lanes.push(batch("b", 0, 0..5));
         lanes.push(batch("a", 0, 5..9));
-        let ready = lanes.take_ready();
+        let ready = lanes.take_ready(Limit::NONE, |_| false);
         let a: Vec<i64> = ready
             .iter()
             .flat_map(|(_, b)| b.iter())
@@ -257,18 +372,18 @@ mod tests {
 
     #[test]
     fn the_start_covers_what_is_pending_and_in_flight() {
-        let mut lanes = Lanes::new(1);
+        let mut lanes = Lanes::new(1, held_bytes);
         let part = Part::new("t", 0);
         assert_eq!(lanes.start_of(&part), None);
         lanes.push(batch("t", 0, 4..8));
         assert_eq!(lanes.start_of(&part), Some(4));
-        let ready = lanes.take_ready();
+        let ready = lanes.take_ready(Limit::NONE, |_| false);
         assert_eq!(ready.len(), 1);
         lanes.push(batch("t", 0, 8..12));
         assert_eq!(lanes.start_of(&part), Some(4), "in flight from 4");
         lanes.done(0);
         assert_eq!(lanes.start_of(&part), Some(8));
-        lanes.take_ready();
+        lanes.take_ready(Limit::NONE, |_| false);
         lanes.done(0);
         assert_eq!(lanes.start_of(&part), None);
     }
@@ -281,14 +396,14 @@ mod tests {
             after: Duration::ZERO,
         };
         let now = Instant::now;
-        let mut lanes = Lanes::new(2);
+        let mut lanes = Lanes::new(2, held_bytes);
         lanes.push(batch("t", 0, 0..10));
         lanes.push(batch("t", 1, 0..10));
         assert!(
             lanes.stuck(at_once, now()).is_empty(),
             "idle lanes start instead"
         );
-        let ready = lanes.take_ready();
+        let ready = lanes.take_ready(Limit::NONE, |_| false);
         lanes.push(batch("t", 0, 10..20));
         lanes.push(batch("t", 1, 10..12));
         assert_eq!(lanes.stuck(at_once, now()), vec![Part::new("t", 0)]);
@@ -314,7 +429,7 @@ mod tests {
             .expect("lane of 0");
         lanes.done(lane_0);
         assert!(lanes.stuck(at_once, now()).is_empty());
-        lanes.take_ready();
+        lanes.take_ready(Limit::NONE, |_| false);
         assert!(
             lanes.stuck(at_once, now()).is_empty(),
             "its count went with the take"
@@ -329,10 +444,10 @@ mod tests {
             after: Duration::ZERO,
         };
         let now = Instant::now;
-        let mut lanes = Lanes::new(2);
+        let mut lanes = Lanes::new(2, held_bytes);
         lanes.push(batch("t", 0, 0..1));
         lanes.push(batch("t", 1, 0..1));
-        lanes.take_ready();
+        lanes.take_ready(Limit::NONE, |_| false);
         // Six rows behind each running transaction: neither lane over ten alone, twelve
         // together.
         lanes.push(batch("t", 0, 1..7));
@@ -358,11 +473,11 @@ mod tests {
 
     #[test]
     fn pending_counts_follow_push_take_and_revoke() {
-        let mut lanes = Lanes::new(2);
+        let mut lanes = Lanes::new(2, held_bytes);
         lanes.push(batch("t", 0, 0..10));
         lanes.push(batch("t", 1, 0..7));
         assert_eq!(lanes.pending().0, 17);
-        let ready = lanes.take_ready();
+        let ready = lanes.take_ready(Limit::NONE, |_| false);
         assert_eq!(lanes.pending(), (0, 0));
         lanes.push(batch("t", 0, 10..13));
         lanes.push(batch("t", 1, 7..12));
@@ -382,7 +497,7 @@ mod tests {
         }
         assert_eq!(lanes.start_of(&Part::new("t", 1)), None);
         assert!(!lanes.running(&t1));
-        let rest = lanes.take_ready();
+        let rest = lanes.take_ready(Limit::NONE, |_| false);
         assert_eq!(rest.len(), 1);
         assert_eq!(parts(&rest[0].1), vec![("t".to_owned(), 0, 10)]);
         assert_eq!(lanes.pending(), (0, 0));

@@ -6,8 +6,12 @@
 //! restarting, a deadlock between lanes) is retried with capped backoff; offsets do not move
 //! meanwhile.
 
+mod applier;
 mod lanes;
 mod tolerate;
+
+pub(crate) use applier::{Applier, Done, Failed};
+pub(crate) use lanes::{Limit, held_bytes, slice_bytes};
 
 use std::collections::{HashMap, HashSet};
 use std::error::Error;
@@ -16,17 +20,15 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use lakesink_config::ReplicaConfig;
-use lakesink_model::{Backoff, Fault, retrying};
+use lakesink_model::{Backoff, retrying};
 use lakesink_schema_registry::{ChangeBatch, ValueShape};
-use tokio::task::JoinSet;
 use tracing::info;
 
-use super::{Applied, PgReplicator, ReplicaError};
+use super::{PgReplicator, ReplicaError};
 use crate::sink::{
-    Backpressure, Committed, Event, Held, Meter, Receipt, Resume, Rewound, Sink, SinkError,
-    TopicPartition,
+    Backpressure, Event, Held, Meter, Receipt, Resume, Rewound, Sink, SinkError, TopicPartition,
 };
-use lanes::{Lanes, Stuck};
+use lanes::Stuck;
 
 type Part = TopicPartition;
 
@@ -46,6 +48,12 @@ pub trait Rejects: Send + Sync {
 
     /// The dead-letter topic, for the log.
     fn topic(&self) -> &str;
+
+    /// Whether each rejected record is logged as sent to [`Self::topic`] (replay reports its
+    /// own instead).
+    fn logged(&self) -> bool {
+        true
+    }
 }
 
 /// A lane whose transaction has run this long with the whole bounds waiting behind it is
@@ -57,14 +65,12 @@ pub trait Rejects: Send + Sync {
 const STUCK_AFTER: Duration = Duration::from_secs(2);
 
 pub struct ReplicaSink {
-    replicator: Arc<PgReplicator>,
     group: String,
     max_rows: usize,
     max_bytes: usize,
-    lanes: Lanes,
-    running: JoinSet<(usize, Result<Vec<Receipt>, SinkError>)>,
-    /// With `errors.tolerance = "all"`: where records the replica cannot take go.
-    dead: Option<Arc<dyn Rejects>>,
+    /// The lanes and their transactions; with `errors.tolerance = "all"`, the records the
+    /// replica cannot take go to the dead-letter topic through it.
+    applier: Applier,
     /// Partitions of a stuck lane that the replica stopped taking, with the first offset it
     /// does not hold: they are read again from there once the lane moves ([`Self::detach`]).
     detached: HashMap<Part, i64>,
@@ -85,13 +91,19 @@ impl ReplicaSink {
         pool.pool_size = config.pool_size.saturating_add(1);
         let replicator = PgReplicator::connect(&pool).await?;
         Ok(Self {
-            replicator: Arc::new(replicator),
             group: group.to_owned(),
             max_rows: config.batch_max_rows,
             max_bytes: config.batch_max_bytes,
-            lanes: Lanes::new(config.pool_size as usize),
-            running: JoinSet::new(),
-            dead,
+            applier: Applier::new(
+                Arc::new(replicator),
+                group,
+                config.pool_size as usize,
+                meter.clone(),
+                dead,
+                Backoff::DEFAULT,
+                Limit::NONE,
+                held_bytes,
+            ),
             detached: HashMap::new(),
             rewinding: HashSet::new(),
             meter,
@@ -104,13 +116,16 @@ impl ReplicaSink {
         if self.detached.contains_key(&part) {
             return;
         }
-        self.lanes.push(batch.clone());
+        self.applier.push(batch.clone());
     }
 
     /// Pending work over the bounds: the caller takes nothing new while it waits. Stuck
     /// lanes do not count: their partitions are paused instead (see [`Self::backlogged`]).
     fn full(&self) -> bool {
-        let (rows, bytes) = self.lanes.pending_flowing(self.stuck(), Instant::now());
+        let (rows, bytes) = self
+            .applier
+            .lanes
+            .pending_flowing(self.stuck(), Instant::now());
         rows >= self.max_rows || bytes >= self.max_bytes
     }
 
@@ -123,53 +138,26 @@ impl ReplicaSink {
     }
 
     fn applying(&self) -> bool {
-        !self.running.is_empty()
+        self.applier.applying()
     }
 
     /// Partitions to pause: those of a stuck lane (see [`STUCK_AFTER`]). The other lanes go
     /// on.
     fn backlogged(&self) -> Vec<Part> {
-        self.lanes.stuck(self.stuck(), Instant::now())
+        self.applier.lanes.stuck(self.stuck(), Instant::now())
     }
 
     /// Starts a transaction in every lane that has work and none running.
     fn start(&mut self) {
-        for (lane, batches) in self.lanes.take_ready() {
-            let replicator = self.replicator.clone();
-            let group = self.group.clone();
-            let meter = self.meter.clone();
-            let dead = self.dead.clone();
-            self.running.spawn(async move {
-                let applied = match &dead {
-                    Some(dead) => {
-                        tolerate::apply_tolerating(&replicator, &group, &batches, &**dead, &*meter)
-                            .await
-                    }
-                    None => apply(&replicator, &group, &batches, &*meter)
-                        .await
-                        .map(|_| receipts(&batches))
-                        .map_err(|e| SinkError::in_sink(REPLICA, e)),
-                };
-                (lane, applied)
-            });
-        }
+        self.applier.start(|_| false);
     }
 
     /// Waits for one running transaction; Ok(None) when none runs.
     async fn finish(&mut self) -> Result<Option<Vec<Receipt>>, SinkError> {
-        let Some(done) = self.running.join_next().await else {
-            return Ok(None);
-        };
-        let (lane, receipts) =
-            done.map_err(|e| SinkError::with_fault(Some(REPLICA), Fault::Bug, e))?;
-        self.lanes.done(lane);
-        let receipts = receipts?;
-        tracing::debug!(
-            lane,
-            partitions = receipts.len(),
-            "replica transaction committed"
-        );
-        Ok(Some(receipts))
+        match self.applier.finish().await {
+            Ok(done) => Ok(done.map(|d| d.receipts)),
+            Err(f) => Err(f.error),
+        }
     }
 
     /// Applies everything pending and waits for it: for shutdown.
@@ -187,7 +175,7 @@ impl ReplicaSink {
     /// The first offset of a partition not yet in the replica, if anything is pending (or
     /// was dropped by a detach).
     fn pending_start(&self, part: &Part) -> Option<i64> {
-        match (self.lanes.start_of(part), self.detached.get(part)) {
+        match (self.applier.lanes.start_of(part), self.detached.get(part)) {
             (Some(a), Some(&b)) => Some(a.min(b)),
             (a, b) => a.or(b.copied()),
         }
@@ -205,6 +193,7 @@ impl ReplicaSink {
                 continue;
             }
             let from = self
+                .applier
                 .lanes
                 .drop_pending(&part)
                 .or_else(|| consumed.get(&part).copied());
@@ -221,7 +210,7 @@ impl ReplicaSink {
     fn rewind_due(&mut self) -> Vec<(Part, i64)> {
         let mut due = Vec::new();
         for (part, &from) in &self.detached {
-            if !self.rewinding.contains(part) && !self.lanes.running(part) {
+            if !self.rewinding.contains(part) && !self.applier.lanes.running(part) {
                 due.push((part.clone(), from));
             }
         }
@@ -245,48 +234,6 @@ impl ReplicaSink {
             None => Rewound::Skip,
         }
     }
-}
-
-/// One transaction, retried while the database cannot take it.
-async fn apply(
-    replicator: &PgReplicator,
-    group: &str,
-    batches: &[ChangeBatch],
-    meter: &dyn Meter,
-) -> Result<Vec<Applied>, ReplicaError> {
-    let mut began = Instant::now();
-    let applied = retrying(
-        Backoff::DEFAULT,
-        meter,
-        Some(REPLICA),
-        "replica apply",
-        || {
-            began = Instant::now();
-            replicator.apply(group, batches)
-        },
-    )
-    .await?;
-    meter.replica_committed(&Committed {
-        took: began.elapsed(),
-        batches,
-        rounded: replicator.take_rounded(),
-        unknown: replicator.take_unknown(),
-        bytes: replicator.take_copied_bytes(),
-    });
-    Ok(applied)
-}
-
-/// Rows per partition of a committed transaction.
-fn receipts(batches: &[ChangeBatch]) -> Vec<Receipt> {
-    let mut rows: HashMap<Part, u64> = HashMap::new();
-    for b in batches {
-        *rows
-            .entry(TopicPartition::new(b.topic.clone(), b.partition))
-            .or_default() += b.rows.num_rows() as u64;
-    }
-    rows.into_iter()
-        .map(|(part, rows)| Receipt { part, rows })
-        .collect()
 }
 
 impl Sink for ReplicaSink {
@@ -342,7 +289,7 @@ impl Sink for ReplicaSink {
     fn revoke(&mut self, part: &TopicPartition) {
         self.detached.remove(part);
         self.rewinding.remove(part);
-        self.lanes.drop_pending(part);
+        self.applier.lanes.drop_pending(part);
     }
 
     /// Stuck lanes: with another sink on, the replica lets go of their partitions (the other
@@ -391,7 +338,7 @@ impl Sink for ReplicaSink {
 
     fn resume(&self) -> Arc<dyn Resume> {
         Arc::new(ReplicaResume {
-            replicator: self.replicator.clone(),
+            replicator: self.applier.replicator().clone(),
             group: self.group.clone(),
             meter: self.meter.clone(),
         })

@@ -8,11 +8,12 @@ use std::collections::{BTreeMap, VecDeque};
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
-use lakesink_model::{Fault, System};
+use lakesink_model::{Backoff, Fault, System};
 use lakesink_schema_registry::ChangeBatch;
 use tracing::warn;
 
-use super::{REPLICA, Rejects, apply, receipts};
+use super::applier::{apply, receipts};
+use super::{REPLICA, Rejects};
 use crate::postgres::{At, PgReplicator, ReplicaError};
 use crate::sink::{Meter, Receipt, SinkError, TopicPartition};
 
@@ -22,16 +23,28 @@ enum Step {
     Dead(Box<ChangeBatch>, String),
 }
 
+/// Rows applied per partition: what went to the dead-letter topic is not counted.
+pub(super) type Applied = BTreeMap<TopicPartition, u64>;
+
+pub(super) fn into_receipts(applied: Applied) -> Vec<Receipt> {
+    applied
+        .into_iter()
+        .map(|(part, rows)| Receipt { part, rows })
+        .collect()
+}
+
+/// Applies `batches`, split until the records the replica refuses are found and handed to
+/// `dead`; `applied` counts what is committed, also when a later part fails.
 pub(super) async fn apply_tolerating(
     replicator: &PgReplicator,
     group: &str,
     batches: &[ChangeBatch],
     dead: &dyn Rejects,
     meter: &dyn Meter,
-) -> Result<Vec<Receipt>, SinkError> {
+    retry: Backoff,
+    applied: &mut Applied,
+) -> Result<(), SinkError> {
     let failed = |e: ReplicaError| SinkError::in_sink(REPLICA, e);
-    // Rows applied per partition: what went to the dead-letter topic is not counted.
-    let mut applied: BTreeMap<TopicPartition, u64> = BTreeMap::new();
     let mut count = |chunk: &[ChangeBatch]| {
         for r in receipts(chunk) {
             *applied.entry(r.part).or_default() += r.rows;
@@ -40,7 +53,7 @@ pub(super) async fn apply_tolerating(
     let mut steps = VecDeque::from([Step::Apply(batches.to_vec())]);
     while let Some(step) = steps.pop_front() {
         match step {
-            Step::Apply(chunk) => match apply(replicator, group, &chunk, meter).await {
+            Step::Apply(chunk) => match apply(replicator, group, &chunk, meter, retry).await {
                 Ok(_) => count(&chunk),
                 Err(ReplicaError::BadData { at, reason }) => {
                     let reason = format!("{at}: {reason}");
@@ -73,20 +86,19 @@ pub(super) async fn apply_tolerating(
                     .map_err(|e| {
                         SinkError::with_fault(Some(REPLICA), Fault::Unavailable(System::Kafka), e)
                     })?;
-                warn!(error = %reason, dead_letter_topic = dead.topic(), "a record the replica cannot take sent to the dead-letter topic");
+                if dead.logged() {
+                    warn!(error = %reason, dead_letter_topic = dead.topic(), "a record the replica cannot take sent to the dead-letter topic");
+                }
                 meter.dead_lettered(&bad.topic);
                 let mut past = (*bad).clone();
                 past.rows = bad.rows.slice(0, 0);
-                apply(replicator, group, &[past], meter)
+                apply(replicator, group, &[past], meter, retry)
                     .await
                     .map_err(failed)?;
             }
         }
     }
-    Ok(applied
-        .into_iter()
-        .map(|(part, rows)| Receipt { part, rows })
-        .collect())
+    Ok(())
 }
 
 /// Queues `steps` in front, in their order; empty applies are dropped.
