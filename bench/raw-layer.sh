@@ -46,7 +46,9 @@ fi
 per_partition=$(( (RECORDS + PARTITIONS - 1) / PARTITIONS ))
 flush=$(( (per_partition + 4) / 5 ))
 group=bench-lakesink-$stamp
-prefix=bench/lakesink/$TOPIC
+# Per run: a topic timed again (BENCH_TOPIC) must not find the files of an earlier run, which
+# the raw layer would resume from instead of writing them.
+prefix=bench/lakesink/$TOPIC/$stamp
 cat >"$work/lakesink.toml" <<T
 [kafka]
 brokers = "$BROKERS"
