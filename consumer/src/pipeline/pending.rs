@@ -138,11 +138,19 @@ pub(super) async fn decode<R: SchemaResolver>(
     telemetry: &Telemetry,
     dead_letters: Option<&DeadLetters>,
 ) -> anyhow::Result<Vec<ChangeBatch>> {
-    // Every sink waits for the decoder (sink None).
-    let mut retry = Retry::new(Backoff::DEFAULT, telemetry, None, "decoding");
+    // The first try outside the retry helper: it is every record's path, and nearly always
+    // succeeds. Every sink waits for the decoder (sink None).
+    let mut first = Some(kafka::push(decoder, msg, Some(telemetry)).await);
+    let mut retry = None;
     loop {
+        let result = match first.take() {
+            Some(Ok(batches)) => return Ok(batches),
+            Some(r) => r,
+            None => kafka::push(decoder, msg, Some(telemetry)).await,
+        };
         let Some(done) = retry
-            .settle(kafka::push(decoder, msg, Some(telemetry)).await)
+            .get_or_insert_with(|| Retry::new(Backoff::DEFAULT, telemetry, None, "decoding"))
+            .settle(result)
             .await
         else {
             continue;
