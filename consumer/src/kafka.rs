@@ -115,9 +115,9 @@ impl ClientContext for GroupContext {
     }
 }
 
-/// A Kafka client's error, classified: a refusal (credentials, authorization, a setting
-/// librdkafka or the cluster rejects, another member with this instance id) needs an operator;
-/// anything else is the cluster being unavailable, which librdkafka or the loop retries.
+/// A Kafka client's error, classified: a refusal (credentials, authorization, a setting, a
+/// client librdkafka declared dead) needs an operator; anything else is the cluster being
+/// unavailable, which librdkafka or the loop retries.
 #[derive(Debug)]
 pub(crate) struct KafkaFailure(pub(crate) KafkaError);
 
@@ -138,21 +138,18 @@ impl Classify for KafkaFailure {
     fn fault(&self) -> Fault {
         use RDKafkaErrorCode::*;
         match &self.0 {
-            // lakesink's settings: kafka.properties, kafka.security.
-            KafkaError::ClientConfig(..) | KafkaError::ClientCreation(_) | KafkaError::Nul(_) => {
-                Fault::Refused(None)
-            }
+            // lakesink's Kafka settings (kafka.properties, kafka.security), and a client
+            // librdkafka declared dead (a fatal error: fenced by another member with this
+            // kafka.instance-id, an idempotence violation). Retrying does not help.
+            KafkaError::ClientConfig(..)
+            | KafkaError::ClientCreation(_)
+            | KafkaError::Nul(_)
+            | KafkaError::MessageConsumptionFatal(_) => Fault::Refused(Some(System::Kafka)),
             e => match e.rdkafka_error_code() {
+                // Refused credentials or authorization (a transient authentication failure
+                // librdkafka retries by itself never reaches here).
                 Some(
-                    Authentication
-                    | SaslAuthenticationFailed
-                    | TopicAuthorizationFailed
-                    | GroupAuthorizationFailed
-                    | ClusterAuthorizationFailed
-                    | TransactionalIdAuthorizationFailed
-                    | DelegationTokenAuthorizationFailed
-                    | InvalidConfig
-                    | FencedInstanceId,
+                    SaslAuthenticationFailed | TopicAuthorizationFailed | GroupAuthorizationFailed,
                 ) => Fault::Refused(Some(System::Kafka)),
                 _ => Fault::Unavailable(System::Kafka),
             },
@@ -609,7 +606,6 @@ mod tests {
             SaslAuthenticationFailed,
             TopicAuthorizationFailed,
             GroupAuthorizationFailed,
-            FencedInstanceId,
         ] {
             assert_eq!(
                 fault(KafkaError::MessageConsumption(code)),
@@ -617,9 +613,15 @@ mod tests {
                 "{code:?}"
             );
         }
+        // How librdkafka reports being fenced by another member with this instance id.
+        assert_eq!(
+            fault(KafkaError::MessageConsumptionFatal(Fatal)),
+            Fault::Refused(Some(System::Kafka))
+        );
         assert_eq!(
             fault(KafkaError::ClientCreation("bad property".into())),
-            Fault::Refused(None)
+            Fault::Refused(Some(System::Kafka)),
+            "a setting of the Kafka client's"
         );
         for code in [BrokerTransportFailure, AllBrokersDown, OperationTimedOut] {
             assert_eq!(

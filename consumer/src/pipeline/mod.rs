@@ -105,7 +105,9 @@ pub(crate) async fn run<R: SchemaResolver>(
             let parts = revoked.take();
             if !parts.is_empty() {
                 for part in &parts {
-                    decoder.finish_partition(&part.topic, part.partition)?;
+                    decoder
+                        .finish_partition(&part.topic, part.partition)
+                        .map_err(Failure::new)?;
                     pending.forget(part);
                 }
                 calls::resume_revoked(&consumer, &mut paused, &parts);
