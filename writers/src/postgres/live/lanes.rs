@@ -252,9 +252,12 @@ impl Lanes {
 impl Lane {
     /// The first batches, up to `limit` (at least one); what is left stays pending.
     fn take(&mut self, limit: Limit, measure: Measure) -> Vec<ChangeBatch> {
+        // All of it fits: the live replica's case, with no limit.
+        if !limit.reached(self.rows, self.bytes) {
+            return self.take_all();
+        }
         let (mut rows, mut bytes, mut n) = (0usize, 0usize, 0);
-        let all = !limit.reached(self.rows, self.bytes) || self.pending.len() == 1;
-        for b in self.pending.iter().filter(|_| !all) {
+        for b in &self.pending {
             let (r, by) = (b.rows.num_rows(), measure(b));
             if n > 0
                 && (rows.saturating_add(r) > limit.rows || bytes.saturating_add(by) > limit.bytes)
@@ -265,11 +268,8 @@ impl Lane {
             bytes += by;
             n += 1;
         }
-        if all || n == self.pending.len() {
-            self.inflight_start = std::mem::take(&mut self.pending_start);
-            self.rows = 0;
-            self.bytes = 0;
-            return std::mem::take(&mut self.pending);
+        if n == self.pending.len() {
+            return self.take_all();
         }
         let taken: Vec<ChangeBatch> = self.pending.drain(..n).collect();
         self.rows -= rows;
@@ -277,6 +277,13 @@ impl Lane {
         self.inflight_start = first_offsets(&taken);
         self.pending_start = first_offsets(&self.pending);
         taken
+    }
+
+    fn take_all(&mut self) -> Vec<ChangeBatch> {
+        self.inflight_start = std::mem::take(&mut self.pending_start);
+        self.rows = 0;
+        self.bytes = 0;
+        std::mem::take(&mut self.pending)
     }
 }
 
