@@ -31,7 +31,10 @@ pub use raw::{
     Codec, Content, DEFAULT_STORE_RETRY_TIMEOUT_MS, PartitionerKind, RawConfig, StoreConfig,
     TimestampSource, Tombstones,
 };
-pub use replica::{DbUrl, KeylessMode, PkMode, ReplicaConfig, SchemaEvolution, redact_url};
+pub use replica::{
+    DbUrl, DeleteMode, DeletePolicy, KeylessMode, PkMode, ReplicaConfig, SchemaEvolution,
+    TableSettings, redact_url,
+};
 pub use secrets::{AWS_SECRETS_MANAGER, SecretRef};
 pub use service::{AlertsConfig, EmailConfig, LogFormat, ServiceConfig, SmtpTls};
 

@@ -1,5 +1,7 @@
 //! The `[replica]` section: the PostgreSQL database lakesink keeps equal to the source.
 
+use std::collections::BTreeMap;
+
 use serde::Deserialize;
 
 use crate::{ConfigError, Secret, SecretRef};
@@ -95,7 +97,8 @@ pub fn redact_url(url: &str) -> String {
 ///
 /// Defaults: `table-name-format = "${topic}"` with `dots-to-underscores = true` (the Debezium
 /// JDBC sink's convention), `default-schema = "public"`, `pk-mode = "record-key"`,
-/// `delete-enabled = true`, `truncate-enabled = false`, `auto-create = true`,
+/// `delete-enabled = true`, `delete-mode = "hard"` (soft: `deleted-column = "__deleted"`,
+/// `deleted-at-column = "__deleted_at"`), `truncate-enabled = false`, `auto-create = true`,
 /// `schema-evolution = "basic"`, `keyless = "insert"`, `offsets-table = "lakesink_offsets"`
 /// in `offsets-schema = "public"`, `batch-max-rows = 50000`, `batch-max-bytes = 64 MiB`,
 /// `pool-size = 4`.
@@ -128,6 +131,20 @@ pub struct ReplicaConfig {
     /// Apply `d` events and tombstones as deletes; when false they are skipped.
     #[serde(default = "default_true")]
     pub delete_enabled: bool,
+    /// What a delete does to the row: remove it, or keep it marked deleted.
+    #[serde(default)]
+    pub delete_mode: DeleteMode,
+    /// Soft deletes: the `boolean` column marking a deleted row (false when it is live).
+    #[serde(default = "default_deleted_column")]
+    pub deleted_column: String,
+    /// Soft deletes: the `timestamptz` column holding when the source deleted the row; `""`
+    /// for none.
+    #[serde(default = "default_deleted_at_column")]
+    pub deleted_at_column: String,
+    /// Per table (`schema.table`, as the name template makes it): settings that differ from
+    /// the ones above.
+    #[serde(default)]
+    pub tables: BTreeMap<String, TableSettings>,
     /// Apply `t` events as `TRUNCATE`; when false they are skipped.
     #[serde(default)]
     pub truncate_enabled: bool,
@@ -166,6 +183,38 @@ pub enum PkMode {
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+pub enum DeleteMode {
+    /// `DELETE` the row.
+    #[default]
+    Hard,
+    /// Keep the row, marked in `deleted-column` (and `deleted-at-column`); a later insert or
+    /// update of the key makes it live again.
+    Soft,
+}
+
+/// One table's settings under `[replica.tables."schema.table"]`; unset keys take the
+/// `[replica]` value.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct TableSettings {
+    pub delete_mode: Option<DeleteMode>,
+    pub deleted_column: Option<String>,
+    pub deleted_at_column: Option<String>,
+}
+
+/// A table's delete policy, its settings resolved against the defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeletePolicy {
+    Hard,
+    /// The marking columns; `at` is `None` when `deleted-at-column = ""`.
+    Soft {
+        flag: String,
+        at: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum SchemaEvolution {
     /// A column the table lacks is an error.
     None,
@@ -194,6 +243,12 @@ fn default_table_name_format() -> String {
 fn default_schema() -> String {
     "public".to_owned()
 }
+fn default_deleted_column() -> String {
+    "__deleted".to_owned()
+}
+fn default_deleted_at_column() -> String {
+    "__deleted_at".to_owned()
+}
 fn default_offsets_table() -> String {
     "lakesink_offsets".to_owned()
 }
@@ -219,6 +274,10 @@ impl ReplicaConfig {
             pk_mode: PkMode::default(),
             pk_fields: Vec::new(),
             delete_enabled: true,
+            delete_mode: DeleteMode::default(),
+            deleted_column: default_deleted_column(),
+            deleted_at_column: default_deleted_at_column(),
+            tables: BTreeMap::new(),
             truncate_enabled: false,
             auto_create: true,
             schema_evolution: SchemaEvolution::default(),
@@ -228,6 +287,24 @@ impl ReplicaConfig {
             batch_max_rows: default_batch_max_rows(),
             batch_max_bytes: default_batch_max_bytes(),
             pool_size: default_pool_size(),
+        }
+    }
+
+    /// The delete policy of `table` (`schema.table`).
+    pub fn delete_policy(&self, table: &str) -> DeletePolicy {
+        let own = self.tables.get(table);
+        let pick = |f: fn(&TableSettings) -> Option<&String>, default: &String| {
+            own.and_then(f).unwrap_or(default).clone()
+        };
+        match own.and_then(|t| t.delete_mode).unwrap_or(self.delete_mode) {
+            DeleteMode::Hard => DeletePolicy::Hard,
+            DeleteMode::Soft => {
+                let at = pick(|t| t.deleted_at_column.as_ref(), &self.deleted_at_column);
+                DeletePolicy::Soft {
+                    flag: pick(|t| t.deleted_column.as_ref(), &self.deleted_column),
+                    at: (!at.is_empty()).then_some(at),
+                }
+            }
         }
     }
 
@@ -263,6 +340,7 @@ impl ReplicaConfig {
                 return invalid(field, "must be 1 to 63 bytes (a PostgreSQL identifier)");
             }
         }
+        self.validate_tables()?;
         if self.batch_max_rows == 0 || self.batch_max_bytes == 0 {
             return invalid("replica.batch-max-rows", "batch limits must be positive");
         }
@@ -271,11 +349,65 @@ impl ReplicaConfig {
         }
         Ok(())
     }
+
+    /// Per-table keys name `schema.table`; soft deletes need deletes applied and two
+    /// distinct column names.
+    fn validate_tables(&self) -> Result<(), ConfigError> {
+        let invalid = |field, reason: String| Err(ConfigError::Invalid { field, reason });
+        for name in self.tables.keys() {
+            let parts: Vec<&str> = name.split('.').collect();
+            if parts.len() != 2 || parts.iter().any(|p| p.is_empty() || p.len() > 63) {
+                return invalid(
+                    "replica.tables",
+                    format!(
+                        "\"{name}\": a table is named `schema.table`, as the table name template makes it"
+                    ),
+                );
+            }
+        }
+        let tables = std::iter::once(None).chain(self.tables.keys().map(Some));
+        for table in tables {
+            let DeletePolicy::Soft { flag, at } = self.delete_policy(table.map_or("", |t| t))
+            else {
+                continue;
+            };
+            let (field, whose) = match table {
+                Some(t) => ("replica.tables", format!("\"{t}\": ")),
+                None => ("replica.delete-mode", String::new()),
+            };
+            if !self.delete_enabled {
+                return invalid(
+                    field,
+                    format!(
+                        "{whose}delete-mode = \"soft\" marks the rows deletes name, but delete-enabled = false skips deletes: set delete-enabled = true"
+                    ),
+                );
+            }
+            if flag.is_empty() || flag.len() > 63 || at.as_ref().is_some_and(|a| a.len() > 63) {
+                return invalid(
+                    field,
+                    format!(
+                        "{whose}deleted-column and deleted-at-column must be 1 to 63 bytes (PostgreSQL identifiers)"
+                    ),
+                );
+            }
+            if at.as_ref() == Some(&flag) {
+                return invalid(
+                    field,
+                    format!("{whose}deleted-at-column is `{flag}`, the same as deleted-column"),
+                );
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::{Config, ConfigError, KeylessMode, PkMode, ReplicaConfig, SchemaEvolution};
+    use crate::{
+        Config, ConfigError, DeleteMode, DeletePolicy, KeylessMode, PkMode, ReplicaConfig,
+        SchemaEvolution,
+    };
 
     const BASE: &str = "[kafka]\nbrokers = \"b:1\"\ntopics = [\"t\"]\n";
 
@@ -332,6 +464,63 @@ pool-size = 2
         assert_eq!((r.batch_max_rows, r.pool_size), (10, 2));
         assert_eq!(r.password.as_ref().map(|p| p.expose()), Some("hunter2"));
         assert!(!format!("{c:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn delete_mode_per_table_falls_back_to_the_defaults() {
+        let c = parse(
+            r#"url = "postgres://u@h/db"
+delete-mode = "soft"
+deleted-at-column = ""
+[replica.tables."public.orders"]
+delete-mode = "hard"
+[replica.tables."crm.people"]
+deleted-column = "is_gone"
+deleted-at-column = "gone_at"
+"#,
+        )
+        .expect("valid");
+        let r = c.replica.expect("replica");
+        assert_eq!(r.delete_mode, DeleteMode::Soft);
+        assert_eq!(r.delete_policy("public.orders"), DeletePolicy::Hard);
+        assert_eq!(
+            r.delete_policy("crm.people"),
+            DeletePolicy::Soft {
+                flag: "is_gone".into(),
+                at: Some("gone_at".into())
+            }
+        );
+        assert_eq!(
+            r.delete_policy("public.other"),
+            DeletePolicy::Soft {
+                flag: "__deleted".into(),
+                at: None
+            }
+        );
+        let hard = ReplicaConfig::new("postgres://h/db");
+        assert_eq!(hard.delete_policy("public.t"), DeletePolicy::Hard);
+    }
+
+    #[test]
+    fn soft_deletes_refuse_what_cannot_work() {
+        for (text, says) in [
+            (
+                "delete-mode = \"soft\"\ndelete-enabled = false\n",
+                "delete-enabled = false",
+            ),
+            (
+                "[replica.tables.\"public.t\"]\ndelete-mode = \"soft\"\ndeleted-at-column = \"__deleted\"\n",
+                "the same as deleted-column",
+            ),
+            (
+                "[replica.tables.orders]\ndelete-mode = \"soft\"\n",
+                "`schema.table`",
+            ),
+            ("[replica.tables.\"a.b\"]\nmode = \"soft\"\n", "mode"),
+        ] {
+            let err = parse(&format!("url = \"postgres://h\"\n{text}")).unwrap_err();
+            assert!(err.to_string().contains(says), "{text}: {err}");
+        }
     }
 
     #[test]

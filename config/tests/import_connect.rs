@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use lakesink_config::connect_import::{ImportError, Imported, Input, Options, import};
 use lakesink_config::{
-    Codec, Config, Content, PartitionerKind, PkMode, RecordFormat, SchemaEvolution,
+    Codec, Config, Content, DeletePolicy, PartitionerKind, PkMode, RecordFormat, SchemaEvolution,
     TimestampSource, Tombstones,
 };
 
@@ -406,4 +406,38 @@ fn brokers_come_from_the_options() {
     let c = Config::from_toml_unresolved(&i.toml, "x", Vec::new()).expect("loads");
     assert_eq!(c.kafka.brokers, "k1:9092,k2:9092");
     assert!(!i.notes.iter().any(|n| n.contains("kafka.brokers")));
+}
+
+#[test]
+fn rewritten_deletes_a_jdbc_sink_kept_become_soft_deletes() {
+    let i = run(&["debezium-jdbc-sink-rewrite.json"]).expect("import");
+    let c = load(&i, &[("LAKESINK_REPLICA_PASSWORD", "pg")]);
+    let r = c.replica.expect("replica");
+    assert!(r.delete_enabled);
+    assert_eq!(
+        r.delete_policy("public.orders"),
+        DeletePolicy::Soft {
+            flag: "__deleted".into(),
+            at: None
+        }
+    );
+    assert!(
+        i.notes.iter().any(|n| n.contains("delete-mode = \"soft\"")),
+        "{:?}",
+        i.notes
+    );
+    assert!(dropped(&i).is_empty(), "{:?}", dropped(&i));
+
+    // With deletes on and the tombstones kept, the sink removed the rows: hard deletes.
+    let mut input = fixture("debezium-jdbc-sink-rewrite.json");
+    input.text = input
+        .text
+        .replace("\"false\"", "\"true\"")
+        .replace("\"rewrite\"", "\"rewrite-with-tombstone\"");
+    let i = import(&[input], &Options::default()).expect("import");
+    let r = load(&i, &[("LAKESINK_REPLICA_PASSWORD", "pg")])
+        .replica
+        .expect("replica");
+    assert!(r.delete_enabled);
+    assert_eq!(r.delete_policy("public.orders"), DeletePolicy::Hard);
 }

@@ -123,6 +123,9 @@ pub(crate) async fn run(path: &Path, source_connectors: &[std::path::PathBuf]) -
         )
         .await;
         report.result("database", r);
+        if let Some((status, text)) = deletes(replica, &topics) {
+            report.line(status, "deletes", &text);
+        }
     }
     if let Some(email) = config.alerts.as_ref().and_then(|a| a.email.as_ref()) {
         let r = bounded("SMTP server (alerts.email)", async {
@@ -472,6 +475,68 @@ async fn database(replica: &ReplicaConfig, topics: &[String]) -> Result<String, 
     Ok(text)
 }
 
+/// Which tables soft-delete, and `[replica.tables]` keys that name no table the topics are
+/// written to (a misspelt name would leave its table's deletes hard). `None` when every
+/// table hard-deletes and none is named.
+fn deletes(replica: &ReplicaConfig, topics: &[String]) -> Option<(Status, String)> {
+    use lakesink_config::{DeleteMode, DeletePolicy};
+    if replica.delete_mode == DeleteMode::Hard && replica.tables.is_empty() {
+        return None;
+    }
+    let describe = |t: &str| match replica.delete_policy(t) {
+        DeletePolicy::Hard => format!("{t}: hard"),
+        DeletePolicy::Soft { flag, at: Some(at) } => format!("{t}: soft ({flag}, {at})"),
+        DeletePolicy::Soft { flag, at: None } => format!("{t}: soft ({flag})"),
+    };
+    let default = match replica.delete_mode {
+        DeleteMode::Hard => "hard",
+        DeleteMode::Soft => "soft",
+    };
+    // The tables the topics go to, where the template names them without the records.
+    let regex = topics.iter().any(|t| t.starts_with('^'));
+    let known: Option<Vec<String>> = topics
+        .iter()
+        .filter(|_| !regex)
+        .map(|t| {
+            lakesink_writers::postgres::topic_table(replica, t)
+                .ok()
+                .flatten()
+                .map(|n| format!("{}.{}", n.schema, n.table))
+        })
+        .collect();
+    let Some(known) = known.filter(|k| !k.is_empty()) else {
+        let named: Vec<String> = replica.tables.keys().map(|t| describe(t)).collect();
+        return Some((
+            Status::Ok,
+            format!(
+                "deletes are {default} by default; the tables are known only from the records{}",
+                if named.is_empty() {
+                    String::new()
+                } else {
+                    format!(", per table: {}", named.join("; "))
+                }
+            ),
+        ));
+    };
+    let unknown: Vec<&String> = replica
+        .tables
+        .keys()
+        .filter(|t| !known.contains(t))
+        .collect();
+    if !unknown.is_empty() {
+        return Some((
+            Status::Fail,
+            format!(
+                "replica.tables names {} but the topics are written to {}: a misspelt name leaves that table's deletes {default}",
+                list(&unknown),
+                known.join(", ")
+            ),
+        ));
+    }
+    let each: Vec<String> = known.iter().map(|t| describe(t)).collect();
+    Some((Status::Ok, each.join("; ")))
+}
+
 /// The schemas tables will be in, where the name template says in advance; and whether
 /// some depend on the records.
 fn target_schemas(replica: &ReplicaConfig, topics: &[String]) -> (BTreeSet<String>, bool) {
@@ -570,5 +635,37 @@ mod tests {
             segments("a.${source.schema}.t"),
             ["a", "${source.schema}", "t"]
         );
+    }
+
+    #[test]
+    fn per_table_deletes_name_tables_the_topics_reach() {
+        use lakesink_config::{DeleteMode, TableSettings};
+        let mut r = ReplicaConfig::new("postgres://h/db");
+        let topics = vec![
+            "demo.public.orders".to_owned(),
+            "demo.public.items".to_owned(),
+        ];
+        assert_eq!(deletes(&r, &topics), None, "all hard, nothing named");
+        r.delete_mode = DeleteMode::Soft;
+        let soft = TableSettings {
+            delete_mode: Some(DeleteMode::Hard),
+            ..TableSettings::default()
+        };
+        r.tables
+            .insert("public.demo_public_items".into(), soft.clone());
+        let (status, text) = deletes(&r, &topics).expect("a line");
+        assert_eq!(status, Status::Ok, "{text}");
+        assert_eq!(
+            text,
+            "public.demo_public_orders: soft (__deleted, __deleted_at); public.demo_public_items: hard"
+        );
+        r.tables.insert("public.demo_public_item".into(), soft);
+        let (status, text) = deletes(&r, &topics).expect("a line");
+        assert_eq!(status, Status::Fail, "{text}");
+        assert!(text.contains("public.demo_public_item but"), "{text}");
+        r.table_name_format = "${source.schema}.${source.table}".into();
+        let (status, text) = deletes(&r, &topics).expect("a line");
+        assert_eq!(status, Status::Ok, "{text}");
+        assert!(text.contains("known only from the records"), "{text}");
     }
 }

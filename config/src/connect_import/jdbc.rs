@@ -3,14 +3,19 @@
 use toml::Value;
 
 use super::cfg::{Cfg, Connector, Kind, RETRIES, split_list};
+use super::transforms::Unwrap;
 use super::{ImportError, jdbc_url};
 
-pub(super) fn jdbc(cfg: &mut Cfg<'_>, part: &mut Connector) -> Result<(), ImportError> {
+pub(super) fn jdbc(
+    cfg: &mut Cfg<'_>,
+    part: &mut Connector,
+    unwrap: Option<&Unwrap>,
+) -> Result<(), ImportError> {
     let dz = part.kind == Kind::DebeziumJdbc;
     connection(cfg, part, dz)?;
     table_names(cfg, part, dz);
     primary_key(cfg, part, dz);
-    applied(cfg, part, dz)?;
+    applied(cfg, part, dz, unwrap)?;
     if let Some(n) = cfg.int("batch.size")? {
         part.replica.set("batch-max-rows", n);
     }
@@ -121,7 +126,13 @@ fn primary_key(cfg: &mut Cfg<'_>, part: &mut Connector, dz: bool) {
 }
 
 /// What is applied: inserts, deletes, truncates, and which tables and columns are made.
-fn applied(cfg: &mut Cfg<'_>, part: &mut Connector, dz: bool) -> Result<(), ImportError> {
+/// `unwrap`: the unwrap SMT, which may rewrite deletes as rows with `__deleted = "true"`.
+fn applied(
+    cfg: &mut Cfg<'_>,
+    part: &mut Connector,
+    dz: bool,
+    unwrap: Option<&Unwrap>,
+) -> Result<(), ImportError> {
     match cfg
         .plain("insert.mode")
         .as_deref()
@@ -138,7 +149,22 @@ fn applied(cfg: &mut Cfg<'_>, part: &mut Connector, dz: bool) -> Result<(), Impo
     }
     // Connect's default is false for both.
     let delete = cfg.bool("delete.enabled")?.unwrap_or(false);
-    part.replica.set("delete-enabled", delete);
+    // The sink wrote each rewritten delete as its row with `__deleted` = 'true', and removed
+    // it only on a tombstone with deletes on: soft deletes in that column otherwise, with no
+    // time column, which the table never had.
+    let soft = unwrap.is_some_and(|u| u.rewrite && !(delete && u.tombstones));
+    if soft {
+        part.replica.set("delete-enabled", true);
+        part.replica.set("delete-mode", "soft");
+        part.replica.set("deleted-column", "__deleted");
+        part.replica.set("deleted-at-column", "");
+        cfg.note(format!(
+            "{}: the unwrap SMT rewrites deletes (__deleted = 'true') and the sink never deleted rows → delete-mode = \"soft\" in the table's __deleted column, so deleted rows stay, marked, as before",
+            cfg.file
+        ));
+    } else {
+        part.replica.set("delete-enabled", delete);
+    }
     if !dz {
         part.replica
             .set("auto-create", cfg.bool("auto.create")?.unwrap_or(false));

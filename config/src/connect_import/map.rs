@@ -34,7 +34,9 @@ pub(crate) fn map(input: &Input) -> Result<Connector, ImportError> {
     let unwrap = transforms(&mut cfg, kind);
     match kind {
         Kind::S3 => s3(&mut cfg, &mut part, unwrap)?,
-        Kind::ConfluentJdbc | Kind::DebeziumJdbc => jdbc(&mut cfg, &mut part)?,
+        Kind::ConfluentJdbc | Kind::DebeziumJdbc => {
+            jdbc(&mut cfg, &mut part, unwrap.as_ref().map(|(u, _)| u))?;
+        }
     }
     leftovers(&mut cfg);
     part.dropped = cfg.dropped;

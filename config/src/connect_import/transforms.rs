@@ -10,6 +10,13 @@ const UNWRAP: &str = "io.debezium.transforms.ExtractNewRecordState";
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Unwrap {
     pub(super) drop_tombstones: bool,
+    /// `delete.handling.mode = rewrite` (or `delete.tombstone.handling.mode = rewrite…`): a
+    /// delete arrives as the row with `__deleted = "true"`, which a JDBC sink with deletes off
+    /// keeps as a soft-deleted row.
+    pub(super) rewrite: bool,
+    /// Tombstones reach the sink after deletes (`drop.tombstones = false`, or
+    /// `delete.tombstone.handling.mode = rewrite-with-tombstone`).
+    pub(super) tombstones: bool,
 }
 
 /// `transforms` and each listed transform's keys; the unwrap SMT and its alias, if listed.
@@ -34,8 +41,28 @@ pub(super) fn transforms(cfg: &mut Cfg<'_>, kind: Kind) -> Option<(Unwrap, Strin
             Some(v) => !v.trim().eq_ignore_ascii_case("false"),
             None => true,
         };
+        let option = |k: &str| {
+            cfg.map
+                .get(&format!("{prefix}{k}"))
+                .map(|v| v.trim().to_owned())
+        };
+        let legacy = option("delete.handling.mode");
+        let mode = option("delete.tombstone.handling.mode");
+        let rewrite = legacy.as_deref() == Some("rewrite")
+            || mode.as_deref().is_some_and(|m| m.starts_with("rewrite"));
+        let tombstones = match mode.as_deref() {
+            Some(m) => m == "rewrite-with-tombstone" || m == "tombstone",
+            None => !drop_tombstones,
+        };
         unwrap_options(cfg, kind, &prefix);
-        unwrap = Some((Unwrap { drop_tombstones }, alias));
+        unwrap = Some((
+            Unwrap {
+                drop_tombstones,
+                rewrite,
+                tombstones,
+            },
+            alias,
+        ));
     }
     unwrap
 }
@@ -44,11 +71,10 @@ pub(super) fn transforms(cfg: &mut Cfg<'_>, kind: Kind) -> Option<(Unwrap, Strin
 fn unwrap_options(cfg: &mut Cfg<'_>, kind: Kind, prefix: &str) {
     for k in cfg.keys_with_prefix(prefix) {
         let option = &k[prefix.len()..];
-        let value = cfg.map.get(&k).cloned().unwrap_or_default();
-        let harmless = kind.is_jdbc()
-            && ((option == "delete.handling.mode" && value != "rewrite")
-                || (option == "delete.tombstone.handling.mode" && !value.starts_with("rewrite")));
-        if harmless {
+        // The delete handling of a JDBC sink's SMT: mapped by `jdbc`, with `delete.enabled`.
+        let deletes = kind.is_jdbc()
+            && (option == "delete.handling.mode" || option == "delete.tombstone.handling.mode");
+        if deletes {
             cfg.map.remove(&k);
             continue;
         }

@@ -13,6 +13,7 @@ mod identifiers;
 mod mariadb;
 mod postgis;
 mod schemaless;
+mod soft_deletes;
 mod sqlserver_db2;
 mod support;
 mod types;

@@ -21,13 +21,13 @@ use lakesink_schema_registry::ChangeBatch;
 use sqlx::AssertSqlSafe;
 use sqlx::postgres::PgConnection;
 
-use super::collapse::{Collapsed, Net, RowRef};
+use super::collapse::{Collapsed, Mark, Net, RowRef};
 use super::ddl::TableMeta;
-use super::encode::{CopyBuf, Enc, loses_digits};
+use super::encode::{CopyBuf, Enc, loses_digits, pg_timestamp};
 use super::error::{At, ReplicaError};
 use super::naming::quote;
 use super::plan::{ColumnDef, TableWork};
-use super::types::Conv;
+use super::types::{Conv, unbounded};
 
 /// Stage rows are sent to the server in chunks of about this size.
 const CHUNK: usize = 1 << 20;
@@ -192,12 +192,14 @@ fn columns_of<'w>(work: &'w TableWork<'_>, g: &Group) -> impl Iterator<Item = &'
 }
 
 /// A row to write: its encoded key, its net effect (none for a keyless insert), its row for
-/// a keyless insert, and its group (0: a delete; otherwise 1 + an index into the groups).
+/// a keyless insert, its group (0: a delete; otherwise 1 + an index into the groups), and
+/// with soft deletes the delete that marks it.
 struct Row<'a> {
     key: &'a [u8],
     net: Option<&'a Net>,
     base: Option<RowRef>,
     grp: usize,
+    mark: Option<Mark>,
 }
 
 /// Applies `work` to its table within `conn`'s transaction; `seq` names its staging table.
@@ -212,8 +214,10 @@ pub(crate) async fn apply_table(
     let table = work.name.quoted();
     let Collapsed {
         truncated: truncate,
+        truncate_mark,
         entries,
         fresh,
+        marks,
     } = std::mem::take(&mut work.collapser).finish();
     let try_plain_insert = try_plain_insert && !work.keyless();
     let mut counts = Counts {
@@ -221,7 +225,11 @@ pub(crate) async fn apply_table(
         ..Counts::default()
     };
     if truncate {
-        sqlx::query(AssertSqlSafe(format!("TRUNCATE {table}")))
+        let sql = match &work.soft {
+            None => format!("TRUNCATE {table}"),
+            Some(soft) => soft_truncate_sql(&table, meta, soft, truncate_mark),
+        };
+        sqlx::query(AssertSqlSafe(sql))
             .execute(&mut *conn)
             .await
             .map_err(db(&work.at))?;
@@ -231,7 +239,14 @@ pub(crate) async fn apply_table(
     }
 
     let work = &work;
-    let (groups, rows) = group_rows(work, &entries, &fresh, try_plain_insert, &mut counts);
+    let (groups, rows) = group_rows(
+        work,
+        &entries,
+        &fresh,
+        &marks,
+        try_plain_insert,
+        &mut counts,
+    );
     counts.rounded = rounded(work, &rows, |net, base, c| {
         cell(work, net, base, c).map(|(enc, r)| (enc, r.row as usize))
     });
@@ -284,24 +299,30 @@ fn group_rows<'a>(
     work: &'a TableWork<'_>,
     entries: &'a [(Vec<u8>, Net)],
     fresh: &[bool],
+    marks: &[Option<Mark>],
     try_plain_insert: bool,
     counts: &mut Counts,
 ) -> (Vec<Group>, Vec<Row<'a>>) {
     let mut grouping = Grouping::new(work.cols.len());
     let mut rows: Vec<Row<'_>> = Vec::with_capacity(entries.len() + work.inserts.len());
-    let keyed = entries.iter().zip(fresh).map(|((k, n), &f)| {
-        let kind = if f && try_plain_insert {
-            Kind::Fresh
-        } else {
-            Kind::Upsert
-        };
-        (k.as_slice(), Some(n), None, kind)
-    });
-    let keyless = work
-        .inserts
+    let keyed = entries
         .iter()
-        .map(|r| (&[][..], None, Some(*r), Kind::Insert));
-    for (key, net, base, kind) in keyed.chain(keyless) {
+        .zip(fresh)
+        .enumerate()
+        .map(|(i, ((k, n), &f))| {
+            let kind = if f && try_plain_insert {
+                Kind::Fresh
+            } else {
+                Kind::Upsert
+            };
+            let mark = marks.get(i).copied().flatten();
+            (k.as_slice(), Some(n), None, kind, mark)
+        });
+    let keyless = work.inserts.iter().enumerate().map(|(i, r)| {
+        let mark = work.insert_marks.get(i).copied().flatten();
+        (&[][..], None, Some(*r), Kind::Insert, mark)
+    });
+    for (key, net, base, kind, mark) in keyed.chain(keyless) {
         let grp = match net {
             Some(Net::Delete(_)) => {
                 counts.deleted += 1;
@@ -321,6 +342,7 @@ fn group_rows<'a>(
             net,
             base,
             grp,
+            mark,
         });
     }
     (grouping.groups, rows)
@@ -458,14 +480,70 @@ impl Apply<'_, '_> {
         Ok(())
     }
 
+    /// With soft deletes, the row's marking fields (written after its columns): deleted or
+    /// not, and when.
+    fn write_soft(&self, buf: &mut CopyBuf, row: &Row<'_>) -> Result<(), ReplicaError> {
+        let Some(soft) = &self.work.soft else {
+            return Ok(());
+        };
+        let deleted = row.grp == 0 || row.mark.is_some();
+        buf.buf.extend_from_slice(&1i32.to_be_bytes());
+        buf.buf.push(u8::from(deleted));
+        if soft.at.is_some() {
+            match row.mark.and_then(|m| m.0) {
+                Some(us) => {
+                    let ts = pg_timestamp(us).map_err(|reason| ReplicaError::BadData {
+                        at: self.work.at.clone(),
+                        reason: format!("the delete's time: {reason}"),
+                    })?;
+                    buf.buf.extend_from_slice(&8i32.to_be_bytes());
+                    buf.buf.extend_from_slice(&ts.to_be_bytes());
+                }
+                None => buf.null(),
+            }
+        }
+        Ok(())
+    }
+
+    /// The soft-delete columns' names (none for hard deletes).
+    fn soft_names(&self) -> Vec<&str> {
+        self.work.soft.as_ref().map_or_else(Vec::new, |s| {
+            std::iter::once(s.flag.as_str())
+                .chain(s.at.as_deref())
+                .collect()
+        })
+    }
+
+    /// The soft-delete columns' staged values, cast to their types in the table.
+    fn soft_casts(&self) -> Vec<String> {
+        let names = self.soft_names();
+        names
+            .iter()
+            .zip(["s.d", "s.dt"])
+            .map(|(n, staged)| {
+                let ty = self.meta.types.get(*n).map_or("text", String::as_str);
+                format!("{staged}::{}", unbounded(ty))
+            })
+            .collect()
+    }
+
+    /// The key columns, the columns `g` writes, then the soft-delete columns.
     fn names_of(&self, g: &Group) -> Vec<&str> {
-        columns_of(self.work, g).map(|c| c.name.as_str()).collect()
+        let mut names: Vec<&str> = columns_of(self.work, g).map(|c| c.name.as_str()).collect();
+        names.extend(self.soft_names());
+        names
     }
 
     /// Whether `g`'s rows can be copied straight into the table: every column's wire type is
     /// the column's type.
     fn fits(&self, g: &Group) -> bool {
+        let soft = self.soft_names();
+        let soft_fits = soft
+            .iter()
+            .zip(["boolean", "timestamp with time zone"])
+            .all(|(n, wire)| self.meta.types.get(*n).is_some_and(|t| t == wire));
         !g.moves()
+            && soft_fits
             && columns_of(self.work, g).all(|c| {
                 self.meta
                     .types
@@ -516,7 +594,8 @@ impl Apply<'_, '_> {
             let copied = copy_rows(conn, &sql, members, |buf, row| {
                 buf.row(nfields);
                 buf.buf.extend_from_slice(row.key);
-                self.write_fields(buf, row, false)
+                self.write_fields(buf, row, false)?;
+                self.write_soft(buf, row)
             });
             match copied.await {
                 Ok(bytes) => {
@@ -560,6 +639,13 @@ impl Apply<'_, '_> {
                 .chain(&work.cols)
                 .map(|c| format!("{} {}", staged_as(work, c), c.ty.wire.sql())),
         );
+        let soft = self.soft_names().len();
+        defs.extend(
+            ["d boolean", "dt timestamptz"]
+                .into_iter()
+                .take(soft)
+                .map(String::from),
+        );
         if moves {
             defs.extend(
                 work.pk
@@ -575,7 +661,8 @@ impl Apply<'_, '_> {
         .execute(&mut *conn)
         .await
         .map_err(db(&work.at))?;
-        let nfields = 1 + work.pk.len() + work.cols.len() + if moves { work.pk.len() } else { 0 };
+        let nfields =
+            1 + work.pk.len() + work.cols.len() + soft + if moves { work.pk.len() } else { 0 };
         let sql = format!("COPY {stage} FROM STDIN (FORMAT binary)");
         let rows = self.rows.iter().filter(|r| staged(r, done));
         copy_rows(conn, &sql, rows, |buf, row| {
@@ -585,6 +672,7 @@ impl Apply<'_, '_> {
             buf.buf.extend_from_slice(&grp.to_be_bytes());
             buf.buf.extend_from_slice(row.key);
             self.write_fields(buf, row, true)?;
+            self.write_soft(buf, row)?;
             if moves {
                 match row.net.and_then(Net::moved) {
                     Some(m) => buf.buf.extend_from_slice(&m.old_key),
@@ -662,7 +750,8 @@ impl Apply<'_, '_> {
         )
     }
 
-    /// Deletes the staged deletes' keys.
+    /// Deletes the staged deletes' keys; with soft deletes, marks their rows deleted (as of
+    /// the earlier delete, for a row marked already).
     async fn delete(&self, conn: &mut PgConnection, stage: &str) -> Result<(), ReplicaError> {
         let table = &self.table;
         let on: Vec<String> = self
@@ -671,13 +760,32 @@ impl Apply<'_, '_> {
             .iter()
             .map(|k| format!("t.{} = {}", quote(&k.name), self.cast(k)))
             .collect();
-        sqlx::query(AssertSqlSafe(format!(
-            "DELETE FROM {table} AS t USING {stage} AS s WHERE s.grp = 0 AND {}",
-            on.join(" AND ")
-        )))
-        .execute(&mut *conn)
-        .await
-        .map_err(db(&self.work.at))?;
+        let sql = match &self.work.soft {
+            None => format!(
+                "DELETE FROM {table} AS t USING {stage} AS s WHERE s.grp = 0 AND {}",
+                on.join(" AND ")
+            ),
+            Some(soft) => {
+                let casts = self.soft_casts();
+                let flag = quote(&soft.flag);
+                let mut set = vec![format!("{flag} = {}", casts[0])];
+                if let (Some(at), Some(cast)) = (&soft.at, casts.get(1)) {
+                    let at = quote(at);
+                    set.push(format!(
+                        "{at} = CASE WHEN t.{flag}::text = 'true' THEN LEAST(t.{at}, {cast}) ELSE {cast} END"
+                    ));
+                }
+                format!(
+                    "UPDATE {table} AS t SET {} FROM {stage} AS s WHERE s.grp = 0 AND {}",
+                    set.join(", "),
+                    on.join(" AND ")
+                )
+            }
+        };
+        sqlx::query(AssertSqlSafe(sql))
+            .execute(&mut *conn)
+            .await
+            .map_err(db(&self.work.at))?;
         Ok(())
     }
 
@@ -735,7 +843,8 @@ impl Apply<'_, '_> {
         let table = &self.table;
         let names = self.names_of(group);
         let written = &names[self.work.pk.len()..];
-        let casts: Vec<String> = columns_of(self.work, group).map(|c| self.cast(c)).collect();
+        let mut casts: Vec<String> = columns_of(self.work, group).map(|c| self.cast(c)).collect();
+        casts.extend(self.soft_casts());
         let insert = format!(
             "INSERT INTO {table} ({}) SELECT {} FROM {stage} AS s WHERE s.grp = {grp}",
             quoted_list(&names),
@@ -758,6 +867,32 @@ impl Apply<'_, '_> {
         };
         (insert, upsert)
     }
+}
+
+/// The soft truncate: every row of the table not marked yet is marked deleted, as of the
+/// truncate.
+fn soft_truncate_sql(
+    table: &str,
+    meta: &TableMeta,
+    soft: &super::plan::Soft,
+    mark: Option<Mark>,
+) -> String {
+    let flag = quote(&soft.flag);
+    let flag_ty = meta.types.get(&soft.flag).map_or("boolean", String::as_str);
+    let mut set = vec![format!("{flag} = true::{}", unbounded(flag_ty))];
+    if let Some(at) = &soft.at {
+        let ty = meta.types.get(at).map_or("timestamptz", String::as_str);
+        let when = match mark.and_then(|m| m.0) {
+            // Whole microseconds from the epoch: exact, where a float would not be.
+            Some(us) => format!("(timestamptz 'epoch' + {us} * interval '1 microsecond')"),
+            None => "NULL::timestamptz".to_owned(),
+        };
+        set.push(format!("{} = {when}::{}", quote(at), unbounded(ty)));
+    }
+    format!(
+        "UPDATE {table} SET {} WHERE {flag}::text IS DISTINCT FROM 'true'",
+        set.join(", ")
+    )
 }
 
 /// `rows` rows were written with no value for the `columns` marked (left NULL): the values

@@ -24,6 +24,11 @@ pub(crate) struct RowRef {
 /// transaction id of the change.
 pub(crate) type Move = (i64, Option<i64>);
 
+/// A soft delete of a row: when the source deleted it (µs since the Unix epoch, where the
+/// event says).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Mark(pub Option<i64>);
+
 /// What to do with a key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Net {
@@ -93,8 +98,17 @@ impl Net {
 }
 
 /// Collapses events for one table; keys are the encoded key columns.
+///
+/// With soft deletes a delete keeps the row: an upsert then a delete in the run is the upsert,
+/// marked deleted as of the (first) delete; a truncate marks every row so far, and rows
+/// stored before the run, deleted.
 #[derive(Default)]
 pub(crate) struct Collapser {
+    soft: bool,
+    /// Soft deletes: per entry, the delete that marks it (a `Delete` always has one).
+    marks: Vec<Option<Mark>>,
+    /// Soft deletes: the first truncate's mark, for every row stored before the run.
+    truncate_mark: Option<Mark>,
     /// Indexes into `entries`, by their key: each key is stored once.
     index: HashTable<usize>,
     hasher: foldhash::fast::RandomState,
@@ -108,8 +122,12 @@ pub(crate) struct Collapser {
 
 /// A table's net effect.
 pub(crate) struct Collapsed {
-    /// Truncate the table first.
+    /// Truncate the table first (soft deletes: mark every stored row deleted first, as of
+    /// `truncate_mark`).
     pub truncated: bool,
+    pub truncate_mark: Option<Mark>,
+    /// Soft deletes: per entry, its mark (empty otherwise).
+    pub marks: Vec<Option<Mark>>,
     /// Each key's net effect, in order of first appearance.
     pub entries: Vec<(Vec<u8>, Net)>,
     /// Per entry: the key's first event was an insert (`c`, `r`) or came after the truncate,
@@ -118,6 +136,14 @@ pub(crate) struct Collapsed {
 }
 
 impl Collapser {
+    /// A collapser for a table with soft deletes (`soft`) or hard ones.
+    pub(crate) fn new(soft: bool) -> Self {
+        Self {
+            soft,
+            ..Self::default()
+        }
+    }
+
     /// An upsert of `at`, leaving the non-key columns in `untouched` as they are; the table
     /// has `ncols` non-key columns so far. `insert`: the event is a `c` or `r`. `moved`: the
     /// create of a key change, whose delete [`Self::delete`] was given the same `Move`.
@@ -166,7 +192,10 @@ impl Collapser {
                 moved,
             }
         } else {
-            let prev = found.map(|i| &self.entries[i].1);
+            // A row deleted since (softly: still an entry) has nothing to keep.
+            let prev = found
+                .filter(|i| self.marks.get(*i).is_none_or(Option::is_none))
+                .map(|i| &self.entries[i].1);
             let cols = (0..ncols)
                 .map(|c| {
                     if untouched.contains(&c) {
@@ -194,15 +223,35 @@ impl Collapser {
     }
 
     /// A delete of `key`; `moved`: the source change it came from, in case it is the first
-    /// half of a key change.
-    pub(crate) fn delete(&mut self, key: Vec<u8>, at: RowRef, moved: Option<Move>) {
+    /// half of a key change; `when`: the time it happened at the source (soft deletes).
+    pub(crate) fn delete(
+        &mut self,
+        key: Vec<u8>,
+        at: RowRef,
+        moved: Option<Move>,
+        when: Option<i64>,
+    ) {
         let (hash, found) = self.find(&key);
         if let Some(m) = moved {
             let prev = found.map(|i| self.entries[i].1.clone());
             let prev = prev.filter(|p| !matches!(p, Net::Delete(_)));
+            // A softly deleted row in the run has no value to hand on.
+            let prev = prev
+                .filter(|_| found.is_none_or(|i| self.marks.get(i).is_none_or(Option::is_none)));
             self.deleted.insert(m, (key.clone(), prev));
         }
-        self.put(key, hash, found, Net::Delete(at), false);
+        match found {
+            // The first delete since the row was last written marks it.
+            Some(i) if self.soft => {
+                self.marks[i].get_or_insert(Mark(when));
+            }
+            _ => {
+                self.put(key, hash, found, Net::Delete(at), false);
+                if let Some(m) = self.marks.last_mut().filter(|_| self.soft) {
+                    *m = Some(Mark(when));
+                }
+            }
+        }
     }
 
     /// The key's hash, and its entry if it has one.
@@ -213,8 +262,18 @@ impl Collapser {
         (hash, found)
     }
 
-    /// Everything before a truncate is moot; the table is truncated first.
-    pub(crate) fn truncate(&mut self) {
+    /// Everything before a truncate is moot; the table is truncated first. With soft deletes
+    /// every row so far is marked deleted as of `when` instead, and so are the stored ones.
+    pub(crate) fn truncate(&mut self, when: Option<i64>) {
+        self.deleted.clear();
+        if self.soft {
+            for m in &mut self.marks {
+                m.get_or_insert(Mark(when));
+            }
+            self.truncate_mark.get_or_insert(Mark(when));
+            self.truncated = true;
+            return;
+        }
         self.index.clear();
         self.entries.clear();
         self.fresh.clear();
@@ -222,15 +281,25 @@ impl Collapser {
         self.truncated = true;
     }
 
+    /// Sets the key's net effect; with soft deletes the key is live again (unmarked).
     fn put(&mut self, key: Vec<u8>, hash: u64, found: Option<usize>, net: Net, insert: bool) {
         match found {
-            Some(i) => self.entries[i].1 = net,
+            Some(i) => {
+                self.entries[i].1 = net;
+                if self.soft {
+                    self.marks[i] = None;
+                }
+            }
             None => {
                 let (entries, hasher) = (&self.entries, &self.hasher);
                 self.index
                     .insert_unique(hash, entries.len(), |&i| hasher.hash_one(&entries[i].0));
                 self.entries.push((key, net));
-                self.fresh.push(insert || self.truncated);
+                // A soft truncate leaves the rows in the table.
+                self.fresh.push(insert || (self.truncated && !self.soft));
+                if self.soft {
+                    self.marks.push(None);
+                }
             }
         }
     }
@@ -238,6 +307,8 @@ impl Collapser {
     pub(crate) fn finish(self) -> Collapsed {
         Collapsed {
             truncated: self.truncated,
+            truncate_mark: self.truncate_mark,
+            marks: self.marks,
             entries: self.entries,
             fresh: self.fresh,
         }
@@ -266,8 +337,8 @@ mod tests {
         c.upsert(b"a".to_vec(), r(0), 3, &[], false, None);
         c.upsert(b"b".to_vec(), r(1), 3, &[], false, None);
         c.upsert(b"a".to_vec(), r(2), 3, &[], false, None);
-        c.delete(b"b".to_vec(), r(3), None);
-        c.delete(b"b".to_vec(), r(4), None); // the tombstone after its delete
+        c.delete(b"b".to_vec(), r(3), None, None);
+        c.delete(b"b".to_vec(), r(4), None, None); // the tombstone after its delete
         let Collapsed {
             truncated,
             entries: net,
@@ -283,10 +354,10 @@ mod tests {
     #[test]
     fn delete_then_insert_is_an_insert_and_insert_then_delete_a_delete() {
         let mut c = Collapser::default();
-        c.delete(b"k".to_vec(), r(0), None);
+        c.delete(b"k".to_vec(), r(0), None, None);
         c.upsert(b"k".to_vec(), r(1), 3, &[], false, None);
         c.upsert(b"j".to_vec(), r(2), 3, &[], false, None);
-        c.delete(b"j".to_vec(), r(3), None);
+        c.delete(b"j".to_vec(), r(3), None, None);
         let net = c.finish().entries;
         assert_eq!(net[0].1, full(1));
         assert_eq!(net[1].1, Net::Delete(r(3)));
@@ -318,10 +389,10 @@ mod tests {
         let mut c = Collapser::default();
         // `a` updated in the run (column 0), then moved to `b` leaving 0 and 1 untouched.
         c.upsert(b"a".to_vec(), r(0), 3, &[1], false, None);
-        c.delete(b"a".to_vec(), r(1), m(10));
+        c.delete(b"a".to_vec(), r(1), m(10), None);
         assert!(c.upsert(b"b".to_vec(), r(2), 3, &[0, 1], true, m(10)));
         // `b` moved on to `c`, leaving everything but column 2 untouched.
-        c.delete(b"b".to_vec(), r(3), m(11));
+        c.delete(b"b".to_vec(), r(3), m(11), None);
         assert!(c.upsert(b"c".to_vec(), r(4), 3, &[0, 1], true, m(11)));
         // A move whose delete is not in the run.
         assert!(!c.upsert(b"x".to_vec(), r(5), 3, &[1], true, m(12)));
@@ -350,15 +421,15 @@ mod tests {
         c.upsert(b"a".to_vec(), r(0), 3, &[], true, None); // c
         c.upsert(b"a".to_vec(), r(1), 3, &[], false, None); // then u: still new to the table
         c.upsert(b"b".to_vec(), r(2), 3, &[], false, None); // u of a stored row
-        c.delete(b"d".to_vec(), r(3), None);
+        c.delete(b"d".to_vec(), r(3), None, None);
         c.upsert(b"d".to_vec(), r(4), 3, &[], true, None); // d then c: the row may be stored
         assert_eq!(c.finish().fresh, vec![true, false, false]);
 
         let mut c = Collapser::default();
         c.upsert(b"a".to_vec(), r(0), 3, &[], false, None);
-        c.truncate();
+        c.truncate(None);
         c.upsert(b"a".to_vec(), r(1), 3, &[], false, None);
-        c.delete(b"b".to_vec(), r(2), None);
+        c.delete(b"b".to_vec(), r(2), None, None);
         let done = c.finish();
         assert!(done.truncated);
         assert_eq!(done.fresh, vec![true, true]);
@@ -368,7 +439,7 @@ mod tests {
     fn truncate_drops_what_came_before() {
         let mut c = Collapser::default();
         c.upsert(b"a".to_vec(), r(0), 3, &[], false, None);
-        c.truncate();
+        c.truncate(None);
         c.upsert(b"b".to_vec(), r(2), 3, &[], false, None);
         let Collapsed {
             truncated,
@@ -377,5 +448,72 @@ mod tests {
         } = c.finish();
         assert!(truncated);
         assert_eq!(net, vec![(b"b".to_vec(), full(2))]);
+    }
+
+    #[test]
+    fn a_soft_delete_keeps_the_row_marked_as_of_its_first_delete() {
+        let mut c = Collapser::new(true);
+        c.upsert(b"a".to_vec(), r(0), 3, &[], true, None);
+        c.delete(b"a".to_vec(), r(1), None, Some(10));
+        c.delete(b"a".to_vec(), r(2), None, Some(20)); // its tombstone
+        c.delete(b"s".to_vec(), r(3), None, Some(30)); // a stored row
+        c.delete(b"s".to_vec(), r(4), None, None);
+        c.delete(b"v".to_vec(), r(5), None, Some(40));
+        c.upsert(b"v".to_vec(), r(6), 3, &[], true, None); // revived
+        let done = c.finish();
+        assert_eq!(
+            done.entries,
+            vec![
+                (b"a".to_vec(), full(0)),
+                (b"s".to_vec(), Net::Delete(r(3))),
+                (b"v".to_vec(), full(6)),
+            ]
+        );
+        assert_eq!(
+            done.marks,
+            vec![Some(Mark(Some(10))), Some(Mark(Some(30))), None]
+        );
+        assert_eq!(done.fresh, vec![true, false, false]);
+    }
+
+    #[test]
+    fn a_soft_truncate_marks_every_row_so_far_and_the_stored_ones() {
+        let mut c = Collapser::new(true);
+        c.upsert(b"a".to_vec(), r(0), 3, &[], true, None);
+        c.upsert(b"b".to_vec(), r(1), 3, &[], true, None);
+        c.delete(b"b".to_vec(), r(2), None, Some(5));
+        c.truncate(Some(7));
+        c.upsert(b"c".to_vec(), r(3), 3, &[], true, None);
+        c.truncate(Some(9));
+        c.upsert(b"d".to_vec(), r(4), 3, &[], false, None);
+        let done = c.finish();
+        assert!(done.truncated);
+        assert_eq!(done.truncate_mark, Some(Mark(Some(7))));
+        assert_eq!(done.entries.len(), 4);
+        assert_eq!(
+            done.marks,
+            vec![
+                Some(Mark(Some(7))),
+                Some(Mark(Some(5))),
+                Some(Mark(Some(9))),
+                None
+            ]
+        );
+        // The truncated rows are still in the table: nothing after it is fresh for that.
+        assert_eq!(done.fresh, vec![true, true, true, false]);
+    }
+
+    #[test]
+    fn a_softly_deleted_row_hands_no_value_to_its_next_write() {
+        let mut c = Collapser::new(true);
+        c.upsert(b"k".to_vec(), r(0), 2, &[], false, None);
+        c.delete(b"k".to_vec(), r(1), None, Some(1));
+        c.upsert(b"k".to_vec(), r(2), 2, &[1], false, None); // column 1 unchanged
+        let net = c.finish().entries;
+        assert_eq!(
+            net[0].1.source(1),
+            None,
+            "left as stored, as after a hard delete"
+        );
     }
 }

@@ -74,6 +74,7 @@ pub(crate) fn plan_ddl(
                 .iter()
                 .map(|c| format!("{} {}{}", quote(&c.name), c.ty.ddl, default_clause(work, c))),
         );
+        defs.extend(soft_columns(work).map(|(name, ty, _)| format!("{} {ty}", quote(name))));
         if !work.pk.is_empty() {
             let keys: Vec<String> = work.pk.iter().map(|k| quote(&k.name)).collect();
             defs.push(format!("PRIMARY KEY ({})", keys.join(", ")));
@@ -84,6 +85,7 @@ pub(crate) fn plan_ddl(
                 .iter()
                 .chain(&work.cols)
                 .map(|c| (c.name.clone(), c.ty.ddl.clone()))
+                .chain(soft_columns(work).map(|(n, _, ty)| (n.to_owned(), ty.to_owned())))
                 .collect(),
             pk: work.pk.iter().map(|k| k.name.clone()).collect(),
         };
@@ -115,18 +117,37 @@ pub(crate) fn plan_ddl(
         .iter()
         .filter(|c| !existing.types.contains_key(&c.name))
         .collect();
-    if missing.is_empty() {
+    let soft_missing: Vec<_> = soft_columns(work)
+        .filter(|(n, _, _)| !existing.types.contains_key(*n))
+        .collect();
+    if missing.is_empty() && soft_missing.is_empty() {
         return Ok((Vec::new(), existing.clone()));
     }
     if evolution == SchemaEvolution::None {
-        let names: Vec<&str> = missing.iter().map(|c| c.name.as_str()).collect();
+        let names: Vec<&str> = missing
+            .iter()
+            .map(|c| c.name.as_str())
+            .chain(soft_missing.iter().map(|(n, _, _)| *n))
+            .collect();
+        let soft: Vec<String> = soft_missing
+            .iter()
+            .map(|(n, ddl, _)| format!("{} {ddl}", quote(n)))
+            .collect();
+        let hint = if soft.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (soft deletes need {}: add them, or set schema-evolution = \"basic\")",
+                soft.join(", ")
+            )
+        };
         return Err(format!(
-            "the table lacks column(s) {} and schema-evolution is none",
+            "the table lacks column(s) {} and schema-evolution is none{hint}",
             names.join(", ")
         ));
     }
     let mut meta = existing.clone();
-    let adds: Vec<String> = missing
+    let mut adds: Vec<String> = missing
         .iter()
         .map(|c| {
             meta.types.insert(c.name.clone(), c.ty.ddl.clone());
@@ -138,10 +159,27 @@ pub(crate) fn plan_ddl(
             )
         })
         .collect();
+    for (name, ddl, ty) in soft_missing {
+        meta.types.insert(name.to_owned(), ty.to_owned());
+        adds.push(format!("ADD COLUMN IF NOT EXISTS {} {ddl}", quote(name)));
+    }
     Ok((
         vec![format!("ALTER TABLE {table} {}", adds.join(", "))],
         meta,
     ))
+}
+
+/// The soft-delete columns of `work`'s table: name, definition, and type as `format_type`
+/// writes it. Rows there before soft deletes were turned on are live.
+fn soft_columns<'w>(
+    work: &'w TableWork<'_>,
+) -> impl Iterator<Item = (&'w str, &'static str, &'static str)> {
+    let soft = work.soft.as_ref();
+    let flag = soft.map(|s| (s.flag.as_str(), "boolean NOT NULL DEFAULT false", "boolean"));
+    let at = soft
+        .and_then(|s| s.at.as_deref())
+        .map(|a| (a, "timestamptz", "timestamp with time zone"));
+    flag.into_iter().chain(at)
 }
 
 /// ` DEFAULT <literal>` when the schema declares a default the replica can take; a WARN

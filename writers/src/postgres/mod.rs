@@ -455,6 +455,7 @@ pub fn describe_plan(
         let collapse::Collapsed {
             truncated: truncate,
             entries,
+            marks,
             ..
         } = std::mem::take(&mut work.collapser).finish();
         if truncate {
@@ -481,7 +482,8 @@ pub fn describe_plan(
             at: work.at.clone(),
             reason,
         };
-        for (key, net) in &entries {
+        for (i, (key, net)) in entries.iter().enumerate() {
+            let marked = marks.get(i).is_some_and(Option::is_some);
             let line = match net {
                 collapse::Net::Delete(_) => format!("{} delete", hex(key)),
                 net => {
@@ -489,7 +491,8 @@ pub fn describe_plan(
                         .map(|c| value(Some(net), net.source(c), c))
                         .collect::<Result<Vec<_>, _>>()
                         .map_err(bad)?;
-                    format!("{} upsert {}", hex(key), vals.join(" "))
+                    let then = if marked { " then soft-delete" } else { "" };
+                    format!("{} upsert {}{then}", hex(key), vals.join(" "))
                 }
             };
             out.push(line);

@@ -6,10 +6,10 @@ use std::collections::HashMap;
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, BooleanArray, StringArray, StructArray};
 use arrow_schema::Field;
-use lakesink_config::{KeylessMode, PkMode};
+use lakesink_config::{DeletePolicy, KeylessMode, PkMode, ReplicaConfig};
 use lakesink_schema_registry::{ChangeBatch, ValueShape};
 
-use super::collapse::{Collapser, Move, RowRef};
+use super::collapse::{Collapser, Mark, Move, RowRef};
 use super::defaults::{ColumnDefault, column_default};
 use super::encode::Enc;
 use super::error::{At, ReplicaError};
@@ -25,10 +25,12 @@ pub(crate) struct Rules {
     pub delete_enabled: bool,
     pub truncate_enabled: bool,
     pub keyless: KeylessMode,
+    /// The per-table settings, for [`ReplicaConfig::delete_policy`].
+    pub tables: ReplicaConfig,
 }
 
 impl Rules {
-    pub(crate) fn new(config: &lakesink_config::ReplicaConfig, template: NameTemplate) -> Self {
+    pub(crate) fn new(config: &ReplicaConfig, template: NameTemplate) -> Self {
         Self {
             template,
             pk_mode: config.pk_mode,
@@ -36,7 +38,36 @@ impl Rules {
             delete_enabled: config.delete_enabled,
             truncate_enabled: config.truncate_enabled,
             keyless: config.keyless,
+            tables: config.clone(),
         }
+    }
+
+    /// A table's soft-delete columns; `None` when its deletes are hard.
+    fn soft(&self, name: &TableName) -> Result<Option<Soft>, String> {
+        let key = format!("{}.{}", name.schema, name.table);
+        let DeletePolicy::Soft { flag, at } = self.tables.delete_policy(&key) else {
+            return Ok(None);
+        };
+        check_ident(&flag, "deleted-column")?;
+        if let Some(at) = &at {
+            check_ident(at, "deleted-at-column")?;
+        }
+        Ok(Some(Soft { flag, at }))
+    }
+}
+
+/// The columns a table with soft deletes marks its deleted rows in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Soft {
+    /// `boolean`: true once deleted.
+    pub flag: String,
+    /// `timestamptz`: when the source deleted the row.
+    pub at: Option<String>,
+}
+
+impl Soft {
+    fn holds(&self, column: &str) -> bool {
+        self.flag == column || self.at.as_deref() == Some(column)
     }
 }
 
@@ -76,6 +107,10 @@ pub(crate) struct TableWork<'a> {
     pub collapser: Collapser,
     /// Keyless tables: rows to insert, in order.
     pub inserts: Vec<RowRef>,
+    /// Soft deletes: per insert, the truncate after it that marks it deleted.
+    pub insert_marks: Vec<Option<Mark>>,
+    /// Soft deletes: the columns marking deleted rows; `None` for hard deletes.
+    pub soft: Option<Soft>,
     /// By batch index; looked up per row and column, hence the fast hash.
     pub encs: HashMap<u32, BatchEncs<'a>, foldhash::fast::RandomState>,
 }
@@ -176,6 +211,26 @@ impl<'a> View<'a> {
             }
             _ => None,
         }
+    }
+
+    /// When the row's change happened at the source, in µs since the Unix epoch: the
+    /// source's `ts_us` or `ts_ms`, else (a tombstone) the Kafka record's timestamp.
+    fn event_time(&self, row: usize) -> Option<i64> {
+        if let Some(us) = self.source_int("ts_us", row) {
+            return Some(us);
+        }
+        if let Some(ms) = self.source_int("ts_ms", row) {
+            return ms.checked_mul(1000);
+        }
+        let kafka = self
+            .b
+            .rows
+            .column_by_name("__timestamp")?
+            .as_primitive_opt::<arrow_array::types::TimestampMillisecondType>()?;
+        kafka
+            .is_valid(row)
+            .then(|| kafka.value(row).checked_mul(1000))
+            .flatten()
     }
 
     /// The source change a row came from, where the source names it (PostgreSQL's LSN and
@@ -286,8 +341,15 @@ pub(crate) fn plan<'a>(
             work.at.offsets.0 = work.at.offsets.0.min(offset);
             work.at.offsets.1 = work.at.offsets.1.max(offset);
             if op == "t" {
-                work.collapser.truncate();
-                work.inserts.clear();
+                let when = work.soft.as_ref().and_then(|_| v.event_time(row));
+                work.collapser.truncate(when);
+                if work.soft.is_some() {
+                    for m in &mut work.insert_marks {
+                        m.get_or_insert(Mark(when));
+                    }
+                } else {
+                    work.inserts.clear();
+                }
                 continue;
             }
             if !work.encs.contains_key(&bi) {
@@ -303,7 +365,12 @@ pub(crate) fn plan<'a>(
             let encs = &work.encs[&bi];
             if work.pk.is_empty() {
                 match (delete, op) {
-                    (false, "c" | "r") => work.inserts.push(at),
+                    (false, "c" | "r") => {
+                        work.inserts.push(at);
+                        if work.soft.is_some() {
+                            work.insert_marks.push(None);
+                        }
+                    }
                     _ if rules.keyless == KeylessMode::Error => {
                         return Err(bad(
                             "a record without a key; keyless = \"error\"".into(),
@@ -347,7 +414,8 @@ pub(crate) fn plan<'a>(
                 enc.write(row, &mut key).map_err(|r| bad(r, Some(name)))?;
             }
             if delete {
-                work.collapser.delete(key, at, v.change(row));
+                let when = work.soft.as_ref().and_then(|_| v.event_time(row));
+                work.collapser.delete(key, at, v.change(row), when);
                 continue;
             }
             if v.after.is_none_or(|a| !a.is_valid(row)) {
@@ -432,6 +500,12 @@ fn table_index<'a>(
             Some(&name),
         ));
     }
+    let soft = rules.soft(&name).map_err(|r| bad(r, Some(&name)))?;
+    if let Some(s) = &soft
+        && let Some(k) = pk.iter().find(|k| s.holds(&k.name))
+    {
+        return Err(bad(clash(s, &k.name), Some(&name)));
+    }
     if let Some(i) = known {
         tables[i].pk = pk;
         return Ok(i);
@@ -442,11 +516,25 @@ fn table_index<'a>(
         name,
         pk,
         cols: Vec::new(),
-        collapser: Collapser::default(),
+        collapser: Collapser::new(soft.is_some()),
         inserts: Vec::new(),
+        insert_marks: Vec::new(),
+        soft,
         encs: HashMap::default(),
     });
     Ok(tables.len() - 1)
+}
+
+/// A source column named like a soft-delete column.
+fn clash(soft: &Soft, column: &str) -> String {
+    let setting = if soft.flag == column {
+        "deleted-column"
+    } else {
+        "deleted-at-column"
+    };
+    format!(
+        "the source has a column `{column}`, the replica's soft-delete column ({setting}): name that column otherwise in [replica] or [replica.tables.\"schema.table\"]"
+    )
 }
 
 /// The key columns and their types, from the key record or the named value fields.
@@ -510,6 +598,9 @@ fn batch_encs<'a>(
             if !work.cols.iter().any(|c| &c.field == f.name()) {
                 let name = column_name(f);
                 check_ident(&name, "column")?;
+                if let Some(soft) = work.soft.as_ref().filter(|s| s.holds(&name)) {
+                    return Err(clash(soft, &name));
+                }
                 if let Some(c) = work.pk.iter().chain(&work.cols).find(|c| c.name == name) {
                     return Err(format!(
                         "fields `{}` and `{}` both name the column `{name}`",
