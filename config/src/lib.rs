@@ -32,8 +32,8 @@ pub use raw::{
     TimestampSource, Tombstones,
 };
 pub use replica::{
-    DbUrl, DeleteMode, DeletePolicy, KeylessMode, PkMode, ReplicaConfig, SchemaEvolution,
-    TableSettings, redact_url,
+    DbUrl, DeleteMode, DeletePolicy, IdentifierCase, KeylessMode, PkMode, ReplicaConfig,
+    SchemaEvolution, TableSettings, redact_url,
 };
 pub use secrets::{AWS_SECRETS_MANAGER, SecretRef};
 pub use service::{AlertsConfig, EmailConfig, LogFormat, ServiceConfig, SmtpTls};

@@ -96,7 +96,7 @@ pub fn redact_url(url: &str) -> String {
 /// Where and how change events are applied to a PostgreSQL replica.
 ///
 /// Defaults: `table-name-format = "${topic}"` with `dots-to-underscores = true` (the Debezium
-/// JDBC sink's convention), `default-schema = "public"`, `pk-mode = "record-key"`,
+/// JDBC sink's convention), `default-schema = "public"`, `identifier-case = "preserve"`, `pk-mode = "record-key"`,
 /// `delete-enabled = true`, `delete-mode = "hard"` (soft: `deleted-column = "__deleted"`,
 /// `deleted-at-column = "__deleted_at"`), `truncate-enabled = false`, `auto-create = true`,
 /// `schema-evolution = "basic"`, `keyless = "insert"`, `offsets-table = "lakesink_offsets"`
@@ -122,6 +122,10 @@ pub struct ReplicaConfig {
     /// The schema of a one-part table name.
     #[serde(default = "default_schema")]
     pub default_schema: String,
+    /// Table and column names as the source spells them, or with ASCII letters lowered (what
+    /// PostgreSQL makes of the unquoted names a JDBC sink writes by default).
+    #[serde(default)]
+    pub identifier_case: IdentifierCase,
     #[serde(default)]
     pub pk_mode: PkMode,
     /// `record-key`: a subset of the key's fields (all when empty). `record-value`: the value
@@ -179,6 +183,26 @@ pub enum PkMode {
     RecordKey,
     /// Named fields of the value (`pk-fields`).
     RecordValue,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IdentifierCase {
+    /// Quoted, as the source spells them: `DB2INST1.ORDERS` stays upper case.
+    #[default]
+    Preserve,
+    /// ASCII `A`–`Z` lowered, as PostgreSQL folds an unquoted name: `db2inst1.orders`.
+    Lower,
+}
+
+impl IdentifierCase {
+    /// `name` as the replica names it.
+    pub fn apply(self, name: &str) -> String {
+        match self {
+            IdentifierCase::Preserve => name.to_owned(),
+            IdentifierCase::Lower => name.to_ascii_lowercase(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -271,6 +295,7 @@ impl ReplicaConfig {
             table_name_format: default_table_name_format(),
             dots_to_underscores: true,
             default_schema: default_schema(),
+            identifier_case: IdentifierCase::default(),
             pk_mode: PkMode::default(),
             pk_fields: Vec::new(),
             delete_enabled: true,
@@ -405,8 +430,8 @@ impl ReplicaConfig {
 #[cfg(test)]
 mod tests {
     use crate::{
-        Config, ConfigError, DeleteMode, DeletePolicy, KeylessMode, PkMode, ReplicaConfig,
-        SchemaEvolution,
+        Config, ConfigError, DeleteMode, DeletePolicy, IdentifierCase, KeylessMode, PkMode,
+        ReplicaConfig, SchemaEvolution,
     };
 
     const BASE: &str = "[kafka]\nbrokers = \"b:1\"\ntopics = [\"t\"]\n";
@@ -441,6 +466,7 @@ password = "hunter2"
 table-name-format = "${source.schema}.${source.table}"
 dots-to-underscores = false
 default-schema = "repl"
+identifier-case = "lower"
 pk-mode = "record-value"
 pk-fields = ["id", "region"]
 delete-enabled = false
@@ -460,6 +486,8 @@ pool-size = 2
         assert_eq!(r.pk_mode, PkMode::RecordValue);
         assert_eq!(r.pk_fields, ["id", "region"]);
         assert_eq!(r.keyless, KeylessMode::Error);
+        assert_eq!(r.identifier_case, IdentifierCase::Lower);
+        assert_eq!(r.identifier_case.apply("DB2INST1.Ördér"), "db2inst1.Ördér");
         assert_eq!(r.schema_evolution, SchemaEvolution::None);
         assert_eq!((r.batch_max_rows, r.pool_size), (10, 2));
         assert_eq!(r.password.as_ref().map(|p| p.expose()), Some("hunter2"));

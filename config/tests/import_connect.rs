@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 use lakesink_config::connect_import::{ImportError, Imported, Input, Options, import};
 use lakesink_config::{
-    Codec, Config, Content, DeletePolicy, PartitionerKind, PkMode, RecordFormat, SchemaEvolution,
-    TimestampSource, Tombstones,
+    Codec, Config, Content, DeletePolicy, IdentifierCase, PartitionerKind, PkMode, RecordFormat,
+    SchemaEvolution, TimestampSource, Tombstones,
 };
 
 fn fixture(name: &str) -> Input {
@@ -193,7 +193,21 @@ fn debezium_jdbc_sink_documented_example() {
     assert_eq!(r.pk_mode, PkMode::RecordKey);
     assert!(r.delete_enabled && r.auto_create && r.dots_to_underscores);
     assert_eq!(r.schema_evolution, SchemaEvolution::Basic);
+    // Unquoted names, which PostgreSQL folded: the same tables, in lower case.
+    assert_eq!(r.identifier_case, IdentifierCase::Lower);
     assert!(dropped(&i).is_empty(), "{:?}", dropped(&i));
+
+    let mut input = fixture("debezium-jdbc-sink.json");
+    input.text = input.text.replace(
+        "\"tasks.max\"",
+        "\"quote.identifiers\": \"true\", \"tasks.max\"",
+    );
+    let i = import(&[input], &Options::default()).expect("import");
+    let c = load(&i, &[("LAKESINK_REPLICA_PASSWORD", "pgpassword")]);
+    assert_eq!(
+        c.replica.expect("replica").identifier_case,
+        IdentifierCase::Preserve
+    );
 }
 
 #[test]
@@ -233,8 +247,9 @@ fn confluent_jdbc_sink_with_registry_auth_and_file_provider() {
     assert_eq!(r.table_name_format, "${topic}");
     assert_eq!(r.pk_mode, PkMode::RecordValue);
     assert_eq!(r.pk_fields, ["id"]);
-    // Connect's default: deletes off.
+    // Connect's default: deletes off; names quoted (quote.sql.identifiers = always).
     assert!(!r.delete_enabled);
+    assert_eq!(r.identifier_case, IdentifierCase::Preserve);
     assert!(r.auto_create);
     assert_eq!(r.schema_evolution, SchemaEvolution::Basic);
     assert_eq!(r.batch_max_rows, 3000);

@@ -414,6 +414,10 @@ async fn database(replica: &ReplicaConfig, topics: &[String]) -> Result<String, 
             .await
             .map_err(|e| format!("{shown}: {}", describe_pg(&e)))?;
     let (schemas, dynamic) = target_schemas(replica, topics);
+    let schemas: BTreeSet<String> = schemas
+        .iter()
+        .map(|s| replica.identifier_case.apply(s))
+        .collect();
     let mut tx = conn
         .begin()
         .await

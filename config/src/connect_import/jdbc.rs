@@ -78,6 +78,7 @@ fn table_names(cfg: &mut Cfg<'_>, part: &mut Connector, dz: bool) {
             part.replica.set("table-name-format", f);
         }
     }
+    identifier_case(cfg, part, dz);
     if !dz {
         part.replica.set("dots-to-underscores", false);
         return;
@@ -96,6 +97,31 @@ fn table_names(cfg: &mut Cfg<'_>, part: &mut Connector, dz: bool) {
                 ),
             ),
         }
+    }
+}
+
+/// Quoted names keep their case; unquoted ones PostgreSQL folds to lower case. The Debezium
+/// sink quotes only with `quote.identifiers = true` (default false), Confluent's unless
+/// `quote.sql.identifiers = never` (default always).
+fn identifier_case(cfg: &mut Cfg<'_>, part: &mut Connector, dz: bool) {
+    let quoted = if dz {
+        cfg.plain("quote.identifiers")
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+    } else {
+        cfg.plain("quote.sql.identifiers")
+            .is_none_or(|v| !v.trim().eq_ignore_ascii_case("never"))
+    };
+    if !quoted {
+        part.replica.set("identifier-case", "lower");
+        let key = if dz {
+            "quote.identifiers is off (its default)"
+        } else {
+            "quote.sql.identifiers = never"
+        };
+        cfg.note(format!(
+            "{}: {key}, so PostgreSQL folded the sink's table and column names to lower case → identifier-case = \"lower\", writing to the same tables",
+            cfg.file
+        ));
     }
 }
 

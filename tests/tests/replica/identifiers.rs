@@ -292,3 +292,99 @@ async fn the_replica_keeps_the_sources_identifiers() {
     )
     .await;
 }
+
+/// A pipeline migrated from a JDBC sink that left names unquoted: PostgreSQL folded the
+/// upper-case source's names, and `identifier-case = "lower"` writes to that same table.
+/// The default keeps the source's case.
+#[tokio::test]
+async fn identifier_case_lower_writes_to_the_table_an_unquoting_jdbc_sink_made() {
+    use lakesink_config::IdentifierCase;
+    let stack = Stack::from_env();
+    let name = unique("upper");
+    let src = source_pool(&stack).await;
+    let table = format!("ORDERS_{}", name.to_uppercase());
+    let t = quote(&table);
+    exec(
+        &src,
+        &[
+            format!(
+                "CREATE TABLE public.{t} (\"OrderId\" integer PRIMARY KEY, \"Qty\" integer, \"ÜNote\" text)"
+            ),
+            format!("INSERT INTO public.{t} VALUES (1, 10, 'a'), (2, 20, 'b')"),
+        ],
+    )
+    .await;
+    // The source's names travel with their types; Avro alone would make `ÜNote` `_Note`.
+    let capture = Capture::start_with(
+        &stack,
+        &name,
+        &[&table],
+        json!({"column.propagate.source.type": ".*"}),
+    )
+    .await;
+    exec(
+        &src,
+        &[
+            format!("UPDATE public.{t} SET \"Qty\" = 11 WHERE \"OrderId\" = 1"),
+            format!("DELETE FROM public.{t} WHERE \"OrderId\" = 2"),
+            format!("INSERT INTO public.{t} VALUES (3, 30, 'c')"),
+        ],
+    )
+    .await;
+    // 2 snapshot, update, delete + tombstone, insert.
+    let records = capture.read(&[6]).await;
+    let avro = Format::Avro {
+        payload_ids: IdKind::ContentId,
+        check_artifacts: true,
+    };
+    let batches = decode_all(&stack, avro, &records).await;
+    let want = [(1, 11, "a"), (3, 30, "c")].map(|(i, q, n)| (i, q, n.to_owned()));
+    let columns = |schema: &str| {
+        format!(
+            "SELECT table_name::text, column_name::text FROM information_schema.columns \
+             WHERE table_schema = '{schema}' ORDER BY table_name, ordinal_position"
+        )
+    };
+
+    let (lower, schema) = replicator(|c| c.identifier_case = IdentifierCase::Lower).await;
+    // The table as the sink made it, unquoted: PostgreSQL folds the names.
+    exec(
+        lower.pool(),
+        &[
+            format!("CREATE SCHEMA \"{schema}\""),
+            format!(
+                "CREATE TABLE \"{schema}\".{table} (OrderId integer PRIMARY KEY, Qty integer, \"Ünote\" text)"
+            ),
+        ],
+    )
+    .await;
+    apply_each_then_replay(&lower, "upper-lower", &batches).await;
+    let folded = table.to_ascii_lowercase();
+    let got: Vec<(String, String)> = rows(&lower, &columns(&schema)).await;
+    let expect = ["orderid", "qty", "Ünote"].map(|c| (folded.clone(), c.to_owned()));
+    assert_eq!(
+        got, expect,
+        "one table, the sink's: only ASCII letters are lowered"
+    );
+    let got: Vec<(i32, i32, String)> = rows(
+        &lower,
+        &format!("SELECT orderid, qty, \"Ünote\" FROM \"{schema}\".{folded} ORDER BY 1"),
+    )
+    .await;
+    assert_eq!(got, want);
+
+    let (kept, schema) = replicator(|_| {}).await;
+    apply_each_then_replay(&kept, "upper-preserve", &batches).await;
+    let got: Vec<(String, String)> = rows(&kept, &columns(&schema)).await;
+    let expect = ["OrderId", "Qty", "ÜNote"].map(|c| (table.clone(), c.to_owned()));
+    assert_eq!(got, expect, "the source's names, case kept");
+    let got: Vec<(i32, i32, String)> = rows(
+        &kept,
+        &format!("SELECT \"OrderId\", \"Qty\", \"ÜNote\" FROM \"{schema}\".{t} ORDER BY 1"),
+    )
+    .await;
+    assert_eq!(got, want);
+
+    capture.stop(&src).await;
+    exec(&src, &[format!("DROP TABLE public.{t}")]).await;
+}

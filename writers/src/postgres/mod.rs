@@ -117,13 +117,7 @@ impl PgReplicator {
                     ReplicaError::from_sqlx(e, None)
                 }
             })?;
-        let template = naming::NameTemplate::parse(
-            &config.table_name_format,
-            config.dots_to_underscores,
-            &config.default_schema,
-            &database,
-        )
-        .map_err(ReplicaError::Setup)?;
+        let template = name_template(config, &database).map_err(ReplicaError::Setup)?;
         let offsets_table = TableName {
             schema: config.offsets_schema.clone(),
             table: config.offsets_table.clone(),
@@ -357,12 +351,7 @@ pub fn topic_table(config: &ReplicaConfig, topic: &str) -> Result<Option<TableNa
         .get_database()
         .unwrap_or("postgres")
         .to_owned();
-    let template = naming::NameTemplate::parse(
-        &config.table_name_format,
-        config.dots_to_underscores,
-        &config.default_schema,
-        &database,
-    )?;
+    let template = name_template(config, &database)?;
     if template.uses_source() {
         return Ok(None);
     }
@@ -429,13 +418,7 @@ pub fn describe_plan(
     config: &ReplicaConfig,
     batches: &[ChangeBatch],
 ) -> Result<Vec<String>, ReplicaError> {
-    let template = naming::NameTemplate::parse(
-        &config.table_name_format,
-        config.dots_to_underscores,
-        &config.default_schema,
-        "replica",
-    )
-    .map_err(ReplicaError::Setup)?;
+    let template = name_template(config, "replica").map_err(ReplicaError::Setup)?;
     let rules = Rules::new(config, template);
     let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
     let mut out = Vec::new();
@@ -506,6 +489,17 @@ pub fn describe_plan(
         }
     }
     Ok(out)
+}
+
+/// The config's table name template, for a replica connected to `database`.
+fn name_template(config: &ReplicaConfig, database: &str) -> Result<naming::NameTemplate, String> {
+    naming::NameTemplate::parse(
+        &config.table_name_format,
+        config.dots_to_underscores,
+        &config.default_schema,
+        database,
+    )
+    .map(|t| t.with_case(config.identifier_case))
 }
 
 /// Takes a table of per-column counts.

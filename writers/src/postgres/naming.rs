@@ -1,5 +1,7 @@
 //! Table names from the `table-name-format` template, and identifier quoting.
 
+use lakesink_config::IdentifierCase;
+
 /// PostgreSQL's identifier limit (NAMEDATALEN - 1); longer names are refused, not truncated.
 pub(crate) const MAX_IDENT: usize = 63;
 
@@ -61,6 +63,7 @@ pub(crate) struct NameTemplate {
     dots_to_underscores: bool,
     default_schema: String,
     database: String,
+    case: IdentifierCase,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -111,7 +114,14 @@ impl NameTemplate {
             dots_to_underscores,
             default_schema: default_schema.to_owned(),
             database: database.to_owned(),
+            case: IdentifierCase::Preserve,
         })
+    }
+
+    /// The template with names rendered in `case`.
+    pub(crate) fn with_case(mut self, case: IdentifierCase) -> Self {
+        self.case = case;
+        self
     }
 
     /// Whether the name depends on the `source` block (else it is one per topic).
@@ -143,9 +153,11 @@ impl NameTemplate {
                 out.push_str(value);
             }
         }
+        let default_schema = self.case.apply(&self.default_schema);
+        let out = self.case.apply(&out);
         let pieces: Vec<&str> = out.split('.').collect();
         let (schema, table) = match pieces.as_slice() {
-            [t] => (self.default_schema.as_str(), *t),
+            [t] => (default_schema.as_str(), *t),
             [s, t] => (*s, *t),
             [d, s, t] if *d == self.database => (*s, *t),
             [d, _, _] => {
@@ -188,6 +200,24 @@ mod tests {
             schema: schema.into(),
             table: table.into(),
         }
+    }
+
+    #[test]
+    fn lower_case_folds_ascii_letters_as_postgresql_folds_unquoted_names() {
+        let t = NameTemplate::parse("${source.schema}.${source.table}", true, "P", "r")
+            .unwrap()
+            .with_case(IdentifierCase::Lower);
+        let s = NameSource {
+            topic: "x",
+            db: None,
+            schema: Some("DB2INST1"),
+            table: Some("ORDERS_Ä"),
+        };
+        assert_eq!(t.render(s).unwrap(), name("db2inst1", "orders_Ä"));
+        let t = NameTemplate::parse("Copy_${topic}", true, "Repl", "r")
+            .unwrap()
+            .with_case(IdentifierCase::Lower);
+        assert_eq!(t.render(src("A.B")).unwrap(), name("repl", "copy_a_b"));
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, BooleanArray, StringArray, StructArray};
 use arrow_schema::Field;
-use lakesink_config::{DeletePolicy, KeylessMode, PkMode, ReplicaConfig};
+use lakesink_config::{DeletePolicy, IdentifierCase, KeylessMode, PkMode, ReplicaConfig};
 use lakesink_schema_registry::{ChangeBatch, ValueShape};
 
 use super::collapse::{Collapser, Mark, Move, RowRef};
@@ -25,6 +25,8 @@ pub(crate) struct Rules {
     pub delete_enabled: bool,
     pub truncate_enabled: bool,
     pub keyless: KeylessMode,
+    /// How column names are spelt (table names: the template's).
+    pub case: IdentifierCase,
     /// The per-table settings, for [`ReplicaConfig::delete_policy`].
     pub tables: ReplicaConfig,
 }
@@ -38,6 +40,7 @@ impl Rules {
             delete_enabled: config.delete_enabled,
             truncate_enabled: config.truncate_enabled,
             keyless: config.keyless,
+            case: config.identifier_case,
             tables: config.clone(),
         }
     }
@@ -570,7 +573,7 @@ fn key_columns(rules: &Rules, v: &View<'_>) -> Result<Vec<ColumnDef>, String> {
                 .map(|(_, vf)| vf.as_ref())
                 .filter(|vf| vf.data_type() == f.data_type())
                 .unwrap_or(f);
-            let name = column_name(f);
+            let name = rules.case.apply(&column_name(f));
             check_ident(&name, "column")?;
             Ok(ColumnDef {
                 ty: column_type(f, v.postgres)?,
@@ -596,7 +599,7 @@ fn batch_encs<'a>(
             }
             by_name.insert(f.name(), after.column(i));
             if !work.cols.iter().any(|c| &c.field == f.name()) {
-                let name = column_name(f);
+                let name = rules.case.apply(&column_name(f));
                 check_ident(&name, "column")?;
                 if let Some(soft) = work.soft.as_ref().filter(|s| s.holds(&name)) {
                     return Err(clash(soft, &name));
