@@ -20,7 +20,9 @@
 # binary to time), KEEP_TABLES=1 (keep
 # the tables in the replica database), TIMEOUT_SECONDS (per run, default 1800), KAFKA_PROPERTIES
 # (more lakesink consumer properties, TOML: '"fetch.max.bytes" = "104857600"'), JDBC_CONFIG (more
-# JDBC connector settings, JSON: '"consumer.override.fetch.max.bytes": "104857600"').
+# JDBC connector settings, JSON: '"consumer.override.fetch.max.bytes": "104857600"'),
+# REPLICA_CONFIG (more lakesink [replica] settings, TOML lines: 'delete-mode = "soft"') and
+# LAKESINK_LABEL (its name in the report, default lakesink).
 # Needs the stack (dev/stack up). The JDBC sink runs in its own standalone Connect worker on
 # 127.0.0.1:8085 (the Iceberg peer's is :8084, the project's :8083; neither is touched).
 set -euo pipefail
@@ -149,6 +151,7 @@ url = "$REGISTRY"
 [replica]
 url = "postgres://$PG_USER:$PG_PASSWORD@127.0.0.1:$PG_PORT/$PG_DB"
 table-name-format = "$table"
+${REPLICA_CONFIG:-}
 T
   psql_q "DROP TABLE IF EXISTS public.\"$table\"" >/dev/null
   say "lakesink: $mode, table public.$table"
@@ -163,7 +166,7 @@ T
   kill -TERM "$pid"; wait "$pid" || die "lakesink did not stop cleanly; log $work/lakesink-$mode.log"
   LS_PID=
   sleep 1; p1=$(pg_ticks)
-  record "$mode" "lakesink" "$table" "$t0" "$t1" "$cpu" "$hwm" "$(( p1 - p0 ))"
+  record "$mode" "${LAKESINK_LABEL:-lakesink}" "$table" "$t0" "$t1" "$cpu" "$hwm" "$(( p1 - p0 ))"
   delete_group "$group"
 }
 
@@ -293,5 +296,5 @@ main() {
 case "${1:-run}" in
   fetch) jdbc_fetch ;;
   run) main ;;
-  *) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -245,6 +245,9 @@ pub enum SchemaEvolution {
     /// Add columns the writer schema gained; never drop or narrow.
     #[default]
     Basic,
+    /// As `basic`, and widen a column whose source type widened (`integer` → `bigint`,
+    /// `real` → `double precision`, `numeric` precision, `character(n)` length).
+    Evolve,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]

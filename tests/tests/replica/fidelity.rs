@@ -311,6 +311,7 @@ async fn a_column_widened_at_the_source_is_refused_until_widened_in_the_replica(
     assert!(!err.retryable(), "{err}");
     let msg = err.to_string();
     assert!(msg.contains(&format!("table {schema}.{name}")), "{msg}");
+    assert!(msg.contains("schema-evolution = \"evolve\""), "{msg}");
     let held: Vec<(i32,)> = rows(
         &r,
         &format!("SELECT id FROM \"{schema}\".{name} ORDER BY id"),
@@ -345,6 +346,83 @@ async fn a_column_widened_at_the_source_is_refused_until_widened_in_the_replica(
             (2, Some(big), Some("much longer text".into()))
         ]
     );
+
+    capture.stop(&src).await;
+    crate::replica::support::exec(&src, &[format!("DROP TABLE public.{name}")]).await;
+}
+
+/// With `schema-evolution = "evolve"`, columns the source widened (integer → bigint, real →
+/// double, numeric precision) are widened in the replica in the transaction that needs it,
+/// and a batch of the older, narrower schema afterwards leaves them wide.
+#[tokio::test]
+async fn evolve_widens_what_the_source_widened() {
+    let name = lakesink_tests::unique("evolve");
+    let big = 1_i64 << 40;
+    let (src, capture, batches) = crate::replica::support::capture(
+        &name,
+        &[
+            format!(
+                "CREATE TABLE public.{name} (id int PRIMARY KEY, i integer, f real, d numeric(5,2))"
+            ),
+            format!("INSERT INTO public.{name} VALUES (1, 1, 1.5, 123.45)"),
+        ],
+        &[
+            format!(
+                "ALTER TABLE public.{name} ALTER COLUMN i TYPE bigint, \
+                 ALTER COLUMN f TYPE double precision, ALTER COLUMN d TYPE numeric(12,4)"
+            ),
+            format!("INSERT INTO public.{name} VALUES (2, {big}, 1e300, 12345678.1234)"),
+        ],
+        2,
+        serde_json::json!({}),
+    )
+    .await;
+    assert_eq!(batches.len(), 2, "one batch per schema");
+    let (r, schema) = replicator(|c| {
+        c.schema_evolution = lakesink_config::SchemaEvolution::Evolve;
+    })
+    .await;
+    r.apply("evolve", &batches[..1])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let types = format!(
+        "SELECT column_name::text, format_type(atttypid, atttypmod) FROM information_schema.columns \
+         JOIN pg_attribute ON attrelid = '\"{schema}\".{name}'::regclass AND attname = column_name \
+         WHERE table_schema = '{schema}' AND table_name = '{name}' ORDER BY ordinal_position"
+    );
+    let before: Vec<(String, String)> = rows(&r, &types).await;
+    let want = |t: [&str; 4]| -> Vec<(String, String)> {
+        ["id", "i", "f", "d"]
+            .iter()
+            .zip(t)
+            .map(|(c, t)| ((*c).to_owned(), t.to_owned()))
+            .collect()
+    };
+    assert_eq!(before, want(["integer", "integer", "real", "numeric(5,2)"]));
+    r.apply("evolve", &batches[1..])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let after: Vec<(String, String)> = rows(&r, &types).await;
+    let wide = want(["integer", "bigint", "double precision", "numeric(12,4)"]);
+    assert_eq!(after, wide);
+    type Row = (i32, Option<i64>, Option<f64>, Option<String>);
+    let got: Vec<Row> = rows(
+        &r,
+        &format!("SELECT id, i, f, d::text FROM \"{schema}\".{name} ORDER BY id"),
+    )
+    .await;
+    assert_eq!(
+        got,
+        vec![
+            (1, Some(1), Some(1.5), Some("123.4500".into())),
+            (2, Some(big), Some(1e300), Some("12345678.1234".into()))
+        ]
+    );
+    // The first batch again, under another group: its narrower types change nothing.
+    r.apply("evolve-again", &batches[..1])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(rows::<(String, String)>(&r, &types).await, wide);
 
     capture.stop(&src).await;
     crate::replica::support::exec(&src, &[format!("DROP TABLE public.{name}")]).await;

@@ -120,7 +120,19 @@ pub(crate) fn plan_ddl(
     let soft_missing: Vec<_> = soft_columns(work)
         .filter(|(n, _, _)| !existing.types.contains_key(*n))
         .collect();
-    if missing.is_empty() && soft_missing.is_empty() {
+    let widened: Vec<&ColumnDef> = work
+        .pk
+        .iter()
+        .chain(&work.cols)
+        .filter(|_| evolution == SchemaEvolution::Evolve)
+        .filter(|c| {
+            existing
+                .types
+                .get(&c.name)
+                .is_some_and(|have| widens(have, &c.ty.ddl))
+        })
+        .collect();
+    if missing.is_empty() && soft_missing.is_empty() && widened.is_empty() {
         return Ok((Vec::new(), existing.clone()));
     }
     if evolution == SchemaEvolution::None {
@@ -163,10 +175,63 @@ pub(crate) fn plan_ddl(
         meta.types.insert(name.to_owned(), ty.to_owned());
         adds.push(format!("ADD COLUMN IF NOT EXISTS {} {ddl}", quote(name)));
     }
+    for c in widened {
+        meta.types.insert(c.name.clone(), c.ty.ddl.clone());
+        adds.push(format!("ALTER COLUMN {} TYPE {}", quote(&c.name), c.ty.ddl));
+    }
     Ok((
         vec![format!("ALTER TABLE {table} {}", adds.join(", "))],
         meta,
     ))
+}
+
+/// Whether a column of type `have` (as `format_type` writes it) must change to `want` to hold
+/// every value of `want`, and can without losing any of its own: a wider integer or float,
+/// a `numeric` with at least as many digits on both sides of the point (or unbounded), a
+/// longer `character(n)`; arrays of those alike.
+pub(crate) fn widens(have: &str, want: &str) -> bool {
+    let (have, want) = match (have.strip_suffix("[]"), want.strip_suffix("[]")) {
+        (Some(h), Some(w)) => (h, w),
+        (None, None) => (have, want),
+        _ => return false,
+    };
+    const INTS: [&str; 3] = ["smallint", "integer", "bigint"];
+    const FLOATS: [&str; 2] = ["real", "double precision"];
+    for family in [&INTS[..], &FLOATS[..]] {
+        if let (Some(h), Some(w)) = (
+            family.iter().position(|t| *t == have),
+            family.iter().position(|t| *t == want),
+        ) {
+            return w > h;
+        }
+    }
+    // `numeric(p,s)` → (p, s); `numeric` → None (any precision and scale).
+    let numeric = |t: &str| -> Option<Option<(i32, i32)>> {
+        if t == "numeric" {
+            return Some(None);
+        }
+        let (p, s) = t
+            .strip_prefix("numeric(")?
+            .strip_suffix(')')?
+            .split_once(',')?;
+        Some(Some((p.trim().parse().ok()?, s.trim().parse().ok()?)))
+    };
+    if let (Some(h), Some(w)) = (numeric(have), numeric(want)) {
+        return match (h, w) {
+            (Some(_), None) => true,
+            (Some((hp, hs)), Some((wp, ws))) => {
+                (wp, ws) != (hp, hs) && ws >= hs && wp - ws >= hp - hs
+            }
+            (None, _) => false,
+        };
+    }
+    let chars = |t: &str| -> Option<u32> {
+        t.strip_prefix("character(")?
+            .strip_suffix(')')?
+            .parse()
+            .ok()
+    };
+    matches!((chars(have), chars(want)), (Some(h), Some(w)) if w > h)
 }
 
 /// The soft-delete columns of `work`'s table: name, definition, and type as `format_type`
@@ -324,4 +389,40 @@ pub(crate) async fn resolve_source_types(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::widens;
+
+    #[test]
+    fn widening_only_where_every_value_still_fits() {
+        for (have, want) in [
+            ("smallint", "integer"),
+            ("integer", "bigint"),
+            ("real", "double precision"),
+            ("numeric(5,2)", "numeric(12,4)"),
+            ("numeric(5,2)", "numeric(6,2)"),
+            ("numeric(10,2)", "numeric"),
+            ("character(3)", "character(10)"),
+            ("integer[]", "bigint[]"),
+        ] {
+            assert!(widens(have, want), "{have} → {want}");
+        }
+        for (have, want) in [
+            ("bigint", "integer"),
+            ("integer", "integer"),
+            ("numeric(12,4)", "numeric(12,5)"), // one digit fewer before the point
+            ("numeric(12,4)", "numeric(12,3)"), // a digit fewer after it
+            ("numeric", "numeric(38,6)"),
+            ("integer", "double precision"),
+            ("integer", "text"),
+            ("text", "character varying(5)"),
+            ("character(10)", "character(3)"),
+            ("integer", "bigint[]"),
+            ("inet", "text"),
+        ] {
+            assert!(!widens(have, want), "{have} → {want}");
+        }
+    }
 }

@@ -79,13 +79,23 @@ impl ReplicaError {
         if is_transient(&source) {
             return Self::Unavailable { at, source };
         }
-        let data = source
-            .as_database_error()
-            .and_then(|d| d.code())
+        let code = source.as_database_error().and_then(|d| d.code());
+        let data = code
+            .as_deref()
             .is_some_and(|c| c.starts_with("22") || c.starts_with("23"));
+        // 22003: numeric_value_out_of_range, what a source's widened column first brings.
+        let widen = if code.as_deref() == Some("22003") {
+            "; if the source widened the column, set replica.schema-evolution = \"evolve\" to \
+             widen it too, or widen it by hand (ALTER TABLE … ALTER COLUMN … TYPE …)"
+        } else {
+            ""
+        };
         match at {
             Some(at) if data => Self::BadData {
-                reason: format!("a value the table cannot hold: {}", describe_pg(&source)),
+                reason: format!(
+                    "a value the table cannot hold: {}{widen}",
+                    describe_pg(&source)
+                ),
                 at,
             },
             Some(at) => Self::Rejected { at, source },
