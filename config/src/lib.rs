@@ -33,7 +33,7 @@ pub use raw::{
 };
 pub use replica::{
     DbUrl, DeleteMode, DeletePolicy, IdentifierCase, KeylessMode, PkMode, ReplicaConfig,
-    SchemaEvolution, TableSettings, redact_url,
+    SchemaEvolution, TableMode, TableSettings, redact_url,
 };
 pub use secrets::{AWS_SECRETS_MANAGER, SecretRef};
 pub use service::{AlertsConfig, EmailConfig, LogFormat, ServiceConfig, SmtpTls};

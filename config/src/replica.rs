@@ -135,6 +135,13 @@ pub struct ReplicaConfig {
     /// Apply `d` events and tombstones as deletes; when false they are skipped.
     #[serde(default = "default_true")]
     pub delete_enabled: bool,
+    /// What a table receives: its current rows (the mirror), every change as a row of its
+    /// own (the history table), or both.
+    #[serde(default)]
+    pub mode: TableMode,
+    /// The history table's name: the mirror's with this appended.
+    #[serde(default = "default_history_suffix")]
+    pub history_suffix: String,
     /// What a delete does to the row: remove it, or keep it marked deleted.
     #[serde(default)]
     pub delete_mode: DeleteMode,
@@ -207,6 +214,27 @@ impl IdentifierCase {
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+pub enum TableMode {
+    /// The table holds what the source table holds now.
+    #[default]
+    Mirror,
+    /// Only the history table: each change appended as a row, keyed by its Kafka coordinates.
+    History,
+    /// The mirror and the history table beside it.
+    Both,
+}
+
+impl TableMode {
+    pub fn mirror(self) -> bool {
+        self != TableMode::History
+    }
+    pub fn history(self) -> bool {
+        self != TableMode::Mirror
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum DeleteMode {
     /// `DELETE` the row.
     #[default]
@@ -221,6 +249,7 @@ pub enum DeleteMode {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct TableSettings {
+    pub mode: Option<TableMode>,
     pub delete_mode: Option<DeleteMode>,
     pub deleted_column: Option<String>,
     pub deleted_at_column: Option<String>,
@@ -270,6 +299,9 @@ fn default_table_name_format() -> String {
 fn default_schema() -> String {
     "public".to_owned()
 }
+fn default_history_suffix() -> String {
+    "_history".to_owned()
+}
 fn default_deleted_column() -> String {
     "__deleted".to_owned()
 }
@@ -302,6 +334,8 @@ impl ReplicaConfig {
             pk_mode: PkMode::default(),
             pk_fields: Vec::new(),
             delete_enabled: true,
+            mode: TableMode::default(),
+            history_suffix: default_history_suffix(),
             delete_mode: DeleteMode::default(),
             deleted_column: default_deleted_column(),
             deleted_at_column: default_deleted_at_column(),
@@ -316,6 +350,23 @@ impl ReplicaConfig {
             batch_max_bytes: default_batch_max_bytes(),
             pool_size: default_pool_size(),
         }
+    }
+
+    /// What `table` (`schema.table`, the mirror's name) receives.
+    pub fn table_mode(&self, table: &str) -> TableMode {
+        self.tables
+            .get(table)
+            .and_then(|t| t.mode)
+            .unwrap_or(self.mode)
+    }
+
+    /// Whether any table may have a history table.
+    pub fn any_history(&self) -> bool {
+        self.mode.history()
+            || self
+                .tables
+                .values()
+                .any(|t| t.mode.is_some_and(TableMode::history))
     }
 
     /// The delete policy of `table` (`schema.table`).
@@ -393,6 +444,23 @@ impl ReplicaConfig {
                 );
             }
         }
+        let both = self.mode == TableMode::Both
+            || self
+                .tables
+                .values()
+                .any(|t| t.mode == Some(TableMode::Both));
+        if both && self.history_suffix.is_empty() {
+            return invalid(
+                "replica.history-suffix",
+                "must not be empty where a table has mode = \"both\": the history table is named the mirror's name with it appended".into(),
+            );
+        }
+        if self.history_suffix.len() > 62 || self.history_suffix.contains('.') {
+            return invalid(
+                "replica.history-suffix",
+                "is appended to table names: at most 62 bytes, without dots".into(),
+            );
+        }
         let tables = std::iter::once(None).chain(self.tables.keys().map(Some));
         for table in tables {
             let DeletePolicy::Soft { flag, at } = self.delete_policy(table.map_or("", |t| t))
@@ -434,7 +502,7 @@ impl ReplicaConfig {
 mod tests {
     use crate::{
         Config, ConfigError, DeleteMode, DeletePolicy, IdentifierCase, KeylessMode, PkMode,
-        ReplicaConfig, SchemaEvolution,
+        ReplicaConfig, SchemaEvolution, TableMode,
     };
 
     const BASE: &str = "[kafka]\nbrokers = \"b:1\"\ntopics = [\"t\"]\n";
@@ -530,6 +598,35 @@ deleted-at-column = "gone_at"
         );
         let hard = ReplicaConfig::new("postgres://h/db");
         assert_eq!(hard.delete_policy("public.t"), DeletePolicy::Hard);
+    }
+
+    #[test]
+    fn history_modes_per_table() {
+        let c = parse(
+            r#"url = "postgres://u@h/db"
+mode = "both"
+[replica.tables."public.logs"]
+mode = "history"
+[replica.tables."public.big"]
+mode = "mirror"
+"#,
+        )
+        .expect("valid");
+        let r = c.replica.expect("replica");
+        assert_eq!(r.table_mode("public.orders"), TableMode::Both);
+        assert_eq!(r.table_mode("public.logs"), TableMode::History);
+        assert!(!r.table_mode("public.logs").mirror());
+        assert!(!r.table_mode("public.big").history());
+        assert!(r.any_history());
+        assert_eq!(r.history_suffix, "_history");
+        assert!(!ReplicaConfig::new("postgres://h/db").any_history());
+        let err =
+            parse("url = \"postgres://h\"\nmode = \"both\"\nhistory-suffix = \"\"\n").unwrap_err();
+        assert!(err.to_string().contains("history-suffix"), "{err}");
+        let ok = parse("url = \"postgres://h\"\nmode = \"history\"\nhistory-suffix = \"\"\n");
+        assert!(ok.is_ok(), "{ok:?}");
+        let err = parse("url = \"postgres://h\"\nhistory-suffix = \".h\"\n").unwrap_err();
+        assert!(err.to_string().contains("without dots"), "{err}");
     }
 
     #[test]

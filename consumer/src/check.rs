@@ -123,8 +123,8 @@ pub(crate) async fn run(path: &Path, source_connectors: &[std::path::PathBuf]) -
         )
         .await;
         report.result("database", r);
-        if let Some((status, text)) = deletes(replica, &topics) {
-            report.line(status, "deletes", &text);
+        if let Some((status, text)) = table_settings(replica, &topics) {
+            report.line(status, "tables", &text);
         }
     }
     if let Some(email) = config.alerts.as_ref().and_then(|a| a.email.as_ref()) {
@@ -479,22 +479,34 @@ async fn database(replica: &ReplicaConfig, topics: &[String]) -> Result<String, 
     Ok(text)
 }
 
-/// Which tables soft-delete, and `[replica.tables]` keys that name no table the topics are
-/// written to (a misspelt name would leave its table's deletes hard). `None` when every
-/// table hard-deletes and none is named.
-fn deletes(replica: &ReplicaConfig, topics: &[String]) -> Option<(Status, String)> {
-    use lakesink_config::{DeleteMode, DeletePolicy};
-    if replica.delete_mode == DeleteMode::Hard && replica.tables.is_empty() {
+/// What each table receives (mirror, history) and how it deletes, and `[replica.tables]` keys
+/// that name no table the topics are written to (a misspelt name would leave its table with
+/// the defaults). `None` when every table is a hard-deleting mirror and none is named.
+fn table_settings(replica: &ReplicaConfig, topics: &[String]) -> Option<(Status, String)> {
+    use lakesink_config::{DeleteMode, DeletePolicy, TableMode};
+    if replica.delete_mode == DeleteMode::Hard
+        && replica.mode == TableMode::Mirror
+        && replica.tables.is_empty()
+    {
         return None;
     }
-    let describe = |t: &str| match replica.delete_policy(t) {
-        DeletePolicy::Hard => format!("{t}: hard"),
-        DeletePolicy::Soft { flag, at: Some(at) } => format!("{t}: soft ({flag}, {at})"),
-        DeletePolicy::Soft { flag, at: None } => format!("{t}: soft ({flag})"),
+    let describe = |t: &str| {
+        let deletes = match replica.delete_policy(t) {
+            DeletePolicy::Hard => "hard deletes".to_owned(),
+            DeletePolicy::Soft { flag, at: Some(at) } => format!("soft deletes ({flag}, {at})"),
+            DeletePolicy::Soft { flag, at: None } => format!("soft deletes ({flag})"),
+        };
+        let history = format!("history in {t}{}", replica.history_suffix);
+        match replica.table_mode(t) {
+            TableMode::Mirror => format!("{t}: {deletes}"),
+            TableMode::History => format!("{t}: no mirror, {history}"),
+            TableMode::Both => format!("{t}: {deletes}, {history}"),
+        }
     };
-    let default = match replica.delete_mode {
-        DeleteMode::Hard => "hard",
-        DeleteMode::Soft => "soft",
+    let default = match (replica.mode, replica.delete_mode) {
+        (TableMode::History, _) => "history only".to_owned(),
+        (mode, DeleteMode::Hard) => format!("{mode:?} with hard deletes").to_lowercase(),
+        (mode, DeleteMode::Soft) => format!("{mode:?} with soft deletes").to_lowercase(),
     };
     // The tables the topics go to, where the template names them without the records.
     let regex = topics.iter().any(|t| t.starts_with('^'));
@@ -513,7 +525,7 @@ fn deletes(replica: &ReplicaConfig, topics: &[String]) -> Option<(Status, String
         return Some((
             Status::Ok,
             format!(
-                "deletes are {default} by default; the tables are known only from the records{}",
+                "tables are {default} by default; the tables are known only from the records{}",
                 if named.is_empty() {
                     String::new()
                 } else {
@@ -531,7 +543,7 @@ fn deletes(replica: &ReplicaConfig, topics: &[String]) -> Option<(Status, String
         return Some((
             Status::Fail,
             format!(
-                "replica.tables names {} but the topics are written to {}: a misspelt name leaves that table's deletes {default}",
+                "replica.tables names {} but the topics are written to {}: a misspelt name leaves that table {default}",
                 list(&unknown),
                 known.join(", ")
             ),
@@ -649,7 +661,7 @@ mod tests {
             "demo.public.orders".to_owned(),
             "demo.public.items".to_owned(),
         ];
-        assert_eq!(deletes(&r, &topics), None, "all hard, nothing named");
+        assert_eq!(table_settings(&r, &topics), None, "all hard, nothing named");
         r.delete_mode = DeleteMode::Soft;
         let soft = TableSettings {
             delete_mode: Some(DeleteMode::Hard),
@@ -657,18 +669,26 @@ mod tests {
         };
         r.tables
             .insert("public.demo_public_items".into(), soft.clone());
-        let (status, text) = deletes(&r, &topics).expect("a line");
+        let (status, text) = table_settings(&r, &topics).expect("a line");
         assert_eq!(status, Status::Ok, "{text}");
         assert_eq!(
             text,
-            "public.demo_public_orders: soft (__deleted, __deleted_at); public.demo_public_items: hard"
+            "public.demo_public_orders: soft deletes (__deleted, __deleted_at); \
+             public.demo_public_items: hard deletes"
         );
+        r.mode = lakesink_config::TableMode::Both;
+        let (_, text) = table_settings(&r, &topics).expect("a line");
+        assert!(
+            text.contains("public.demo_public_items: hard deletes, history in public.demo_public_items_history"),
+            "{text}"
+        );
+        r.mode = lakesink_config::TableMode::Mirror;
         r.tables.insert("public.demo_public_item".into(), soft);
-        let (status, text) = deletes(&r, &topics).expect("a line");
+        let (status, text) = table_settings(&r, &topics).expect("a line");
         assert_eq!(status, Status::Fail, "{text}");
         assert!(text.contains("public.demo_public_item but"), "{text}");
         r.table_name_format = "${source.schema}.${source.table}".into();
-        let (status, text) = deletes(&r, &topics).expect("a line");
+        let (status, text) = table_settings(&r, &topics).expect("a line");
         assert_eq!(status, Status::Ok, "{text}");
         assert!(text.contains("known only from the records"), "{text}");
     }

@@ -627,6 +627,55 @@ async fn flattened_deletes_and_record_value_keys() {
     );
 }
 
+/// A flattened record's history row: its image is the record (a rewritten delete's too), its
+/// `__` metadata fields are not columns.
+#[tokio::test]
+async fn flattened_records_have_their_history_too() {
+    let (r, schema) = replicator(|c| {
+        c.pk_mode = lakesink_config::PkMode::RecordValue;
+        c.pk_fields = vec!["id".into()];
+        c.mode = lakesink_config::TableMode::Both;
+    })
+    .await;
+    let b = flattened(
+        &format!("{schema}.flat"),
+        &[(0, "c", 1, "a"), (1, "u", 1, "a2"), (2, "d", 1, "a2")],
+    );
+    r.apply("g", &[b]).await.expect("apply");
+    let got: Vec<(i64, String, i64, Option<String>)> = rows(
+        &r,
+        &format!("SELECT __offset, __op, id, name FROM \"{schema}\".flat_history ORDER BY 1"),
+    )
+    .await;
+    let want = [(0, "c", "a"), (1, "u", "a2"), (2, "d", "a2")]
+        .map(|(o, op, n)| (o, op.to_owned(), 1, Some(n.to_owned())));
+    assert_eq!(got, want);
+    let cols: Vec<(String,)> = rows(
+        &r,
+        &format!(
+            "SELECT column_name::text FROM information_schema.columns WHERE table_schema = '{schema}' AND table_name = 'flat_history' ORDER BY ordinal_position"
+        ),
+    )
+    .await;
+    let cols: Vec<&str> = cols.iter().map(|c| c.0.as_str()).collect();
+    assert_eq!(
+        cols,
+        [
+            "__topic",
+            "__partition",
+            "__offset",
+            "__op",
+            "__source_ts",
+            "__kafka_ts",
+            "__source_position",
+            "id",
+            "name"
+        ]
+    );
+    let mirror: Vec<(i64,)> = rows(&r, &format!("SELECT id FROM \"{schema}\".flat")).await;
+    assert!(mirror.is_empty(), "the mirror applied the delete");
+}
+
 #[tokio::test]
 async fn partitions_of_a_new_table_applied_concurrently_create_it_once() {
     let (r, schema) = replicator(|_| {}).await;

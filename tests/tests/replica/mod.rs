@@ -9,6 +9,7 @@ mod extremes;
 mod failure;
 mod fidelity;
 mod hand;
+mod history;
 mod identifiers;
 mod mariadb;
 mod postgis;

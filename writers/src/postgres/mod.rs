@@ -9,6 +9,7 @@ mod encode;
 mod error;
 #[doc(hidden)]
 pub mod fuzzing;
+mod history;
 pub mod live;
 mod naming;
 mod offsets;
@@ -72,6 +73,8 @@ pub struct Rounded {
 pub struct PgReplicator {
     pool: PgPool,
     rules: Rules,
+    /// The history tables' rules, when any table keeps a history.
+    history: Option<Rules>,
     auto_create: bool,
     evolution: SchemaEvolution,
     offsets: OffsetsSql,
@@ -137,6 +140,9 @@ impl PgReplicator {
         tx.commit().await.map_err(setup)?;
         Ok(Self {
             pool,
+            history: config
+                .any_history()
+                .then(|| Rules::history(config, template.clone())),
             rules: Rules::new(config, template),
             auto_create: config.auto_create,
             evolution: config.schema_evolution,
@@ -207,12 +213,25 @@ impl PgReplicator {
         let mut tx = self.pool.begin().await.map_err(unavailable)?;
         let stored = offsets::lock(&mut tx, &self.offsets, group, &parts).await?;
         let works = plan::plan(&self.rules, batches, &stored)?;
+        // History rows are batches of their own; the offsets are the mirror's.
+        let history = match &self.history {
+            Some(_) => history::batches(&self.rules, batches)?,
+            None => Vec::new(),
+        };
+        let history_works = match &self.history {
+            Some(rules) if !history.is_empty() => plan::plan(rules, &history, &stored)?,
+            _ => Vec::new(),
+        };
+        let works = works
+            .into_iter()
+            .map(|w| (batches, w))
+            .chain(history_works.into_iter().map(|w| (&history[..], w)));
 
         let mut changed: Vec<(TableName, Arc<TableMeta>)> = Vec::new();
         let mut rounded: Vec<(String, String, u64)> = Vec::new();
         let mut unknown: Vec<(String, String, u64)> = Vec::new();
         let mut copied_bytes = 0u64;
-        for (seq, mut work) in works.into_iter().enumerate() {
+        for (seq, (batches, mut work)) in works.enumerate() {
             let cached = self.cached(&work.name);
             let existing = match cached {
                 Some(m) => Some(m),

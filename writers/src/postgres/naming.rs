@@ -118,6 +118,14 @@ impl NameTemplate {
         })
     }
 
+    /// The template with `suffix` appended to what it renders.
+    pub(crate) fn with_suffix(mut self, suffix: &str) -> Self {
+        if !suffix.is_empty() {
+            self.parts.push(Part::Text(suffix.to_owned()));
+        }
+        self
+    }
+
     /// The template with names rendered in `case`.
     pub(crate) fn with_case(mut self, case: IdentifierCase) -> Self {
         self.case = case;

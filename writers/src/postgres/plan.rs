@@ -29,6 +29,9 @@ pub(crate) struct Rules {
     pub case: IdentifierCase,
     /// The per-table settings, for [`ReplicaConfig::delete_policy`].
     pub tables: ReplicaConfig,
+    /// The rules of history tables ([`super::history`]): every row an insert keyed by its
+    /// coordinates, into a table of its own.
+    pub history: bool,
 }
 
 impl Rules {
@@ -42,6 +45,32 @@ impl Rules {
             keyless: config.keyless,
             case: config.identifier_case,
             tables: config.clone(),
+            history: false,
+        }
+    }
+
+    /// The rules of the history tables beside `config`'s mirror (whose name template is
+    /// `template`): keyed by the coordinates, every delete hard (there are none).
+    pub(crate) fn history(config: &ReplicaConfig, template: NameTemplate) -> Self {
+        let mut tables = config.clone();
+        tables.delete_mode = lakesink_config::DeleteMode::Hard;
+        tables.tables.clear();
+        Self {
+            template: template.with_suffix(&config.history_suffix),
+            pk_mode: PkMode::RecordValue,
+            pk_fields: [
+                super::history::TOPIC,
+                super::history::PARTITION,
+                super::history::OFFSET,
+            ]
+            .map(String::from)
+            .to_vec(),
+            delete_enabled: true,
+            truncate_enabled: true,
+            keyless: KeylessMode::Insert,
+            case: config.identifier_case,
+            tables,
+            history: true,
         }
     }
 
@@ -114,6 +143,8 @@ pub(crate) struct TableWork<'a> {
     pub insert_marks: Vec<Option<Mark>>,
     /// Soft deletes: the columns marking deleted rows; `None` for hard deletes.
     pub soft: Option<Soft>,
+    /// The table keeps only a history (`mode = "history"`): its rows are not applied here.
+    pub skip: bool,
     /// By batch index; looked up per row and column, hence the fast hash.
     pub encs: HashMap<u32, BatchEncs<'a>, foldhash::fast::RandomState>,
 }
@@ -141,21 +172,25 @@ fn postgres_source(schema: &arrow_schema::Schema) -> bool {
 }
 
 /// The columns of one batch, looked up once.
-struct View<'a> {
+pub(crate) struct View<'a> {
     b: &'a ChangeBatch,
     offsets: &'a [i64],
-    ops: &'a StringArray,
-    tombstones: &'a BooleanArray,
+    pub ops: &'a StringArray,
+    pub tombstones: &'a BooleanArray,
     key: Option<&'a StructArray>,
-    after: Option<&'a StructArray>,
-    before: Option<&'a StructArray>,
+    pub after: Option<&'a StructArray>,
+    pub before: Option<&'a StructArray>,
     source: Option<&'a StructArray>,
     /// The envelope's `source` record is Debezium's PostgreSQL connector's.
     postgres: bool,
 }
 
 impl<'a> View<'a> {
-    fn new(b: &'a ChangeBatch) -> Result<Self, String> {
+    pub(crate) fn shape(&self) -> ValueShape {
+        self.b.shape
+    }
+
+    pub(crate) fn new(b: &'a ChangeBatch) -> Result<Self, String> {
         let rows = &b.rows;
         let col = |n: &str| rows.column_by_name(n);
         let offsets = col("__offset")
@@ -200,7 +235,7 @@ impl<'a> View<'a> {
 
     /// A `source` field for the table name: the envelope's block, or the flattened record's
     /// `__source_<f>` / `__<f>` fields (ExtractNewRecordState `add.fields`).
-    fn source_int(&self, name: &str, row: usize) -> Option<i64> {
+    pub(crate) fn source_int(&self, name: &str, row: usize) -> Option<i64> {
         let pick = |s: &'a StructArray, n: &str| {
             let c = s
                 .column_by_name(n)?
@@ -244,7 +279,7 @@ impl<'a> View<'a> {
 
     /// A `source` field for the table name: the envelope's block, or the flattened record's
     /// `__source_<f>` / `__<f>` fields (ExtractNewRecordState `add.fields`).
-    fn source_field(&self, name: &str, row: usize) -> Option<&'a str> {
+    pub(crate) fn source_field(&self, name: &str, row: usize) -> Option<&'a str> {
         let pick = |s: &'a StructArray, n: &str| {
             let c = s.column_by_name(n)?.as_string_opt::<i32>()?;
             c.is_valid(row).then(|| c.value(row))
@@ -256,6 +291,19 @@ impl<'a> View<'a> {
             }
             _ => None,
         }
+    }
+}
+
+/// A batch that cannot be read, placed at its offsets.
+pub(crate) fn bad_batch(b: &ChangeBatch, reason: String) -> ReplicaError {
+    ReplicaError::BadData {
+        at: At {
+            topic: b.topic.to_string(),
+            partition: b.partition,
+            offsets: (b.first_offset, b.last_offset),
+            table: None,
+        },
+        reason,
     }
 }
 
@@ -285,15 +333,7 @@ pub(crate) fn plan<'a>(
     let mut last_table: HashMap<(&str, i32), usize> = HashMap::new();
     for (bi, b) in batches.iter().enumerate() {
         let bi = bi as u32;
-        let v = View::new(b).map_err(|reason| ReplicaError::BadData {
-            at: At {
-                topic: b.topic.to_string(),
-                partition: b.partition,
-                offsets: (b.first_offset, b.last_offset),
-                table: None,
-            },
-            reason,
-        })?;
+        let v = View::new(b).map_err(|reason| bad_batch(b, reason))?;
         let from = stored
             .get(&TopicPartition::new(b.topic.clone(), b.partition))
             .copied()
@@ -341,6 +381,9 @@ pub(crate) fn plan<'a>(
             };
             last_table.insert((&*b.topic, b.partition), ti);
             let work = &mut tables[ti];
+            if work.skip {
+                continue;
+            }
             work.at.offsets.0 = work.at.offsets.0.min(offset);
             work.at.offsets.1 = work.at.offsets.1.max(offset);
             if op == "t" {
@@ -443,6 +486,8 @@ pub(crate) fn plan<'a>(
             // change: its placeholders are the old key's values.
             let placeholders = || untouched.iter().filter(|c| encs.vals[**c].is_some());
             let key_change = op == "c" && placeholders().next().is_some();
+            // A history row is never half of a key change: every row is an insert.
+            let key_change = key_change && !rules.history;
             let change = v.change(row).filter(|_| key_change);
             let paired = work
                 .collapser
@@ -464,6 +509,7 @@ pub(crate) fn plan<'a>(
             }
         }
     }
+    tables.retain(|t| !t.skip);
     Ok(tables)
 }
 
@@ -513,6 +559,8 @@ fn table_index<'a>(
         tables[i].pk = pk;
         return Ok(i);
     }
+    let key = format!("{}.{}", name.schema, name.table);
+    let skip = !rules.history && !rules.tables.table_mode(&key).mirror();
     index.insert(name.clone(), tables.len());
     tables.push(TableWork {
         at: v.at(offset, Some(&name)),
@@ -522,6 +570,7 @@ fn table_index<'a>(
         collapser: Collapser::new(soft.is_some()),
         inserts: Vec::new(),
         insert_marks: Vec::new(),
+        skip,
         soft,
         encs: HashMap::default(),
     });

@@ -242,7 +242,7 @@ const SOURCE_LENGTH: &str = "__debezium.source.column.length";
 const SOURCE_SCALE: &str = "__debezium.source.column.scale";
 /// Added beside it: the column's name as the source has it, before the Avro converter turned
 /// what an Avro name cannot hold into `_` (`Some Note` sent as `Some_Note`).
-const SOURCE_NAME: &str = "__debezium.source.column.name";
+pub(crate) const SOURCE_NAME: &str = "__debezium.source.column.name";
 
 /// The replica's name for the column of `field`: the source's own where Debezium sends it
 /// (as the Debezium JDBC sink does), else the field's.
