@@ -133,7 +133,7 @@ record() {
   rows=$(psql_q "SELECT count(*) FROM public.\"$3\"") || rows=missing
   sums=$(psql_q "SELECT coalesce(sum(id),0) || '/' || coalesce(sum(quantity),0) || '/' || coalesce(sum(price),0) || '/' || count(*) FILTER (WHERE status = 'paid') FROM public.\"$3\"") || sums=-
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$RECORDS" "$(( $5 - $4 ))" "$6" "$7" "$rows" "$sums" "$3" "$8" >>"$results"
-  [ "${KEEP_TABLES:-0}" = 1 ] || psql_q "DROP TABLE IF EXISTS public.\"$3\"" >/dev/null || true
+  [ "${KEEP_TABLES:-0}" = 1 ] || psql_q "DROP TABLE IF EXISTS public.\"$3\", public.\"${3}_history\"" >/dev/null || true
 }
 
 run_lakesink() {
@@ -153,7 +153,8 @@ url = "postgres://$PG_USER:$PG_PASSWORD@127.0.0.1:$PG_PORT/$PG_DB"
 table-name-format = "$table"
 ${REPLICA_CONFIG:-}
 T
-  psql_q "DROP TABLE IF EXISTS public.\"$table\"" >/dev/null
+  # With history tables on (REPLICA_CONFIG='mode = "both"'), theirs too.
+  psql_q "DROP TABLE IF EXISTS public.\"$table\", public.\"${table}_history\"" >/dev/null
   say "lakesink: $mode, table public.$table"
   local t0 pid t1 cpu hwm p0 p1
   lag_start "$group" "$topic"

@@ -4,6 +4,7 @@
 //!
 //! This is the only crate that reads the process environment.
 
+mod columns;
 pub mod connect_import;
 mod errors;
 mod kafka_security;
@@ -21,6 +22,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+pub use columns::ColumnPolicy;
 pub use errors::{ErrorsConfig, Tolerance};
 pub use kafka_security::{
     KafkaOAuth, KafkaSecurity, MskIam, SaslMechanism, SecurityProtocol, msk_region_of,
@@ -57,6 +59,10 @@ pub struct Config {
     /// Bad records: stop (the default) or send them to a dead-letter topic.
     #[serde(default)]
     pub errors: ErrorsConfig,
+    /// Column policies (`[[columns]]`), in order: what every sink holds of each topic's
+    /// columns.
+    #[serde(default)]
+    pub columns: Vec<ColumnPolicy>,
     /// The secret keys written as `aws-secretsmanager:` references, until they are fetched
     /// (a `literal:aws-secretsmanager:…` secret resolves to the same text and is not one).
     #[serde(skip)]
@@ -376,6 +382,11 @@ impl Config {
             }
             secrets.push(("replica.url".into(), r.url.text_mut()));
         }
+        for (i, c) in self.columns.iter_mut().enumerate() {
+            if let Some(k) = &mut c.hash_key {
+                secrets.push((format!("columns[{i}].hash-key"), &mut k.0));
+            }
+        }
         if let Some(a) = &mut self.alerts {
             if let Some(w) = &mut a.webhook_url {
                 secrets.push(("alerts.webhook-url".into(), &mut w.0));
@@ -422,10 +433,11 @@ impl Config {
         if let Some(r) = &self.replica {
             r.validate()?;
         }
-        Ok(())
+        columns::validate_keys(&self.columns)
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
+        columns::validate(&self.columns)?;
         if let Some(a) = &self.alerts {
             validate_alerts(a)?;
         }

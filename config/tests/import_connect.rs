@@ -456,3 +456,43 @@ fn rewritten_deletes_a_jdbc_sink_kept_become_soft_deletes() {
     assert!(r.delete_enabled);
     assert_eq!(r.delete_policy("public.orders"), DeletePolicy::Hard);
 }
+
+#[test]
+fn replace_field_transforms_become_column_policies() {
+    let i = run(&["confluent-jdbc-sink-replacefield.json"]).expect("import");
+    let c = load(&i, &[]);
+    assert_eq!(c.columns.len(), 2, "{}", i.toml);
+    assert_eq!(c.columns[0].exclude, ["ssn", "card_number"]);
+    assert_eq!(c.columns[0].topics, None, "every topic of the connector");
+    assert_eq!(
+        c.columns[1].rename,
+        [
+            ("fname".to_owned(), "first_name".to_owned()),
+            ("lname".to_owned(), "last_name".to_owned())
+        ]
+        .into()
+    );
+    assert!(dropped(&i).is_empty(), "{:?}", dropped(&i));
+
+    // Two sinks of one pipeline that keep different columns cannot share one config.
+    let mut other = fixture("confluent-jdbc-sink-replacefield.json");
+    other.name = "s3.json".into();
+    other.text = other.text.replace("ssn,card_number", "ssn");
+    let mut first = fixture("confluent-jdbc-sink-replacefield.json");
+    first.text = first
+        .text
+        .replace(
+            "io.confluent.connect.jdbc.JdbcSinkConnector",
+            "io.confluent.connect.s3.S3SinkConnector",
+        )
+        .replace(
+            "\"connection.url\"",
+            "\"s3.bucket.name\": \"b\", \"connection.url\"",
+        );
+    let err = import(&[first, other], &Options::default()).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("transform the columns differently"),
+        "{err}"
+    );
+}

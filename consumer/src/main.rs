@@ -2,6 +2,7 @@
 
 mod aws_secrets;
 mod check;
+mod columns;
 mod dead_letter;
 mod headers;
 mod import;
@@ -224,6 +225,7 @@ async fn run(config: &Config, telemetry: Arc<Telemetry>) -> anyhow::Result<()> {
     }
     let sinks = (enabled, telemetry);
     let shutdown = Duration::from_millis(config.service.shutdown_timeout_ms);
+    let columns = columns::Columns::new(&config.columns)?;
     match record_format(config)? {
         format @ Format::Avro { .. } => {
             let registry =
@@ -236,7 +238,7 @@ async fn run(config: &Config, telemetry: Arc<Telemetry>) -> anyhow::Result<()> {
                 format,
                 sinks,
                 shutdown,
-                dead,
+                (dead, columns),
             )
             .await
         }
@@ -249,7 +251,7 @@ async fn run(config: &Config, telemetry: Arc<Telemetry>) -> anyhow::Result<()> {
                 format,
                 sinks,
                 shutdown,
-                dead,
+                (dead, columns),
             )
             .await
         }

@@ -31,7 +31,7 @@ pub(super) enum Topics {
 }
 
 /// An ordered TOML table being built.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub(super) struct Section(pub(super) Vec<(String, Value)>);
 
 impl Section {
@@ -75,6 +75,8 @@ pub(crate) struct Connector {
     pub(super) store_options: Section,
     pub(super) replica: Section,
     pub(super) errors: Section,
+    /// `[[columns]]` policies, from `ReplaceField` transforms, in order.
+    pub(super) columns: Vec<Section>,
     pub(super) dropped: Vec<Dropped>,
     pub(super) notes: Vec<String>,
 }
@@ -96,6 +98,7 @@ impl Connector {
             store_options: Section::default(),
             replica: Section::default(),
             errors: Section::default(),
+            columns: Vec::new(),
             dropped: Vec::new(),
             notes: Vec::new(),
         }

@@ -18,6 +18,7 @@ pub(crate) struct Merged {
     raw: Option<(Section, Section, Section)>,
     replica: Option<Section>,
     errors: Section,
+    columns: Vec<Section>,
     pub(crate) dropped: Vec<Dropped>,
     pub(crate) notes: Vec<String>,
     pub(crate) sources: Vec<(String, String, String)>,
@@ -70,6 +71,7 @@ pub(crate) fn merge(parts: Vec<Connector>, options: &Options) -> Result<Merged, 
         raw: None,
         replica: None,
         errors: Section::default(),
+        columns: first.columns.clone(),
         dropped: Vec::new(),
         notes: Vec::new(),
         sources: Vec::new(),
@@ -99,6 +101,12 @@ pub(crate) fn merge(parts: Vec<Connector>, options: &Options) -> Result<Merged, 
                 None => owners.format = Some((f, i)),
                 _ => {}
             }
+        }
+        if p.columns != first.columns {
+            return Err(ImportError::Conflict(format!(
+                "{} and {} transform the columns differently (ReplaceField); lakesink applies one set of column policies to every sink, so the raw layer and the replica hold the same columns: import them into separate configs, or make the transforms equal",
+                first.file, p.file
+            )));
         }
         merged.add_sections(&parts, i, &mut owners.keys)?;
         merged.add_sink(&parts, i, &mut owners)?;
@@ -261,6 +269,10 @@ impl Merged {
         if !self.errors.is_empty() {
             out.push_str("\n[errors]\n");
             self.errors.render(&mut out);
+        }
+        for policy in &self.columns {
+            out.push_str("\n[[columns]]\n");
+            policy.render(&mut out);
         }
         out
     }

@@ -2,9 +2,13 @@
 //! Connect's error handling keys.
 
 use super::ImportError;
-use super::cfg::{Cfg, Connector, Kind, NO_SMT, RETRIES, last_segment, split_list};
+use toml::Value;
+
+use super::cfg::{Cfg, Connector, Kind, NO_SMT, RETRIES, Section, last_segment, split_list};
 
 const UNWRAP: &str = "io.debezium.transforms.ExtractNewRecordState";
+/// Kafka Connect's field filter and renamer, on the record value.
+const REPLACE_FIELD: &str = "org.apache.kafka.connect.transforms.ReplaceField$Value";
 
 /// The unwrap SMT's `drop.tombstones` (default true), when the connector applies it.
 #[derive(Debug, Clone, Copy)]
@@ -20,12 +24,23 @@ pub(super) struct Unwrap {
 }
 
 /// `transforms` and each listed transform's keys; the unwrap SMT and its alias, if listed.
-pub(super) fn transforms(cfg: &mut Cfg<'_>, kind: Kind) -> Option<(Unwrap, String)> {
+/// `ReplaceField` transforms become `[[columns]]` policies in `columns`.
+pub(super) fn transforms(
+    cfg: &mut Cfg<'_>,
+    kind: Kind,
+    columns: &mut Vec<Section>,
+) -> Option<(Unwrap, String)> {
     let list = cfg.take("transforms").map(|t| split_list(&t))?;
     let mut unwrap = None;
     for alias in list {
         let prefix = format!("transforms.{alias}.");
         let ty = cfg.take(&format!("{prefix}type")).unwrap_or_default();
+        if ty == REPLACE_FIELD && !cfg.map.contains_key(&format!("{prefix}predicate")) {
+            if let Some(policy) = replace_field(cfg, &prefix) {
+                columns.push(policy);
+            }
+            continue;
+        }
         if ty != UNWRAP {
             let mut reason = format!("{}: {NO_SMT}", last_segment(&ty));
             if ty.contains("Router") {
@@ -65,6 +80,45 @@ pub(super) fn transforms(cfg: &mut Cfg<'_>, kind: Kind) -> Option<(Unwrap, Strin
         ));
     }
     unwrap
+}
+
+/// A `ReplaceField$Value` transform's keys → a `[[columns]]` policy (every topic of the
+/// connector: one lakesink config reads one connector's topics). `None` when it names nothing.
+fn replace_field(cfg: &mut Cfg<'_>, prefix: &str) -> Option<Section> {
+    let list = |cfg: &mut Cfg<'_>, keys: [&str; 2]| -> Vec<Value> {
+        keys.iter()
+            .filter_map(|k| cfg.take(&format!("{prefix}{k}")))
+            .flat_map(|v| split_list(&v))
+            .map(Value::String)
+            .collect()
+    };
+    // `exclude`/`include` since Kafka 2.7; `blacklist`/`whitelist` before.
+    let exclude = list(cfg, ["exclude", "blacklist"]);
+    let include = list(cfg, ["include", "whitelist"]);
+    let mut rename = toml::map::Map::new();
+    for pair in cfg
+        .take(&format!("{prefix}renames"))
+        .map(|r| split_list(&r))
+        .unwrap_or_default()
+    {
+        if let Some((from, to)) = pair.split_once(':') {
+            rename.insert(from.trim().to_owned(), Value::String(to.trim().to_owned()));
+        }
+    }
+    for k in cfg.keys_with_prefix(prefix) {
+        cfg.drop(&k, "not a ReplaceField option lakesink knows");
+    }
+    let mut policy = Section::default();
+    if !exclude.is_empty() {
+        policy.set("exclude", Value::Array(exclude));
+    }
+    if !include.is_empty() {
+        policy.set("include", Value::Array(include));
+    }
+    if !rename.is_empty() {
+        policy.set("rename", Value::Table(rename));
+    }
+    (!policy.is_empty()).then_some(policy)
 }
 
 /// The unwrap SMT's other options: lakesink's own handling replaces them.

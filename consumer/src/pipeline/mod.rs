@@ -22,6 +22,7 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
+use crate::columns::Columns;
 use crate::dead_letter::DeadLetters;
 use crate::headers::HeaderLog;
 use crate::kafka::{self, calls};
@@ -60,7 +61,7 @@ pub(crate) async fn run<R: SchemaResolver>(
     format: Format,
     (sinks, telemetry): (Vec<Box<dyn Sink>>, Arc<Telemetry>),
     shutdown_timeout: Duration,
-    dead_letters: Option<Arc<DeadLetters>>,
+    (dead_letters, columns): (Option<Arc<DeadLetters>>, Option<Arc<Columns>>),
 ) -> anyhow::Result<()> {
     let consumer = Arc::new(consumer);
     let resumers: Vec<Resumer> = sinks
@@ -87,6 +88,7 @@ pub(crate) async fn run<R: SchemaResolver>(
         .with_source_connector(config.source_connector.clone());
     let mut pending = Pending {
         headers: with_headers.then(HeaderLog::default),
+        columns,
         ..Pending::default()
     };
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;

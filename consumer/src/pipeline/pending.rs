@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 use tracing::warn;
 
 use super::send;
+use crate::columns::Columns;
 use crate::dead_letter::{DeadLetters, Stage};
 use crate::headers::HeaderLog;
 use crate::kafka;
@@ -42,6 +43,8 @@ pub(super) struct Pending {
     pub(super) counts: HashMap<String, u64>,
     /// Kafka headers, kept for the raw layer's `__headers` column when it is on.
     pub(super) headers: Option<HeaderLog>,
+    /// The `[[columns]]` policies, applied to every batch before the sinks see it.
+    pub(super) columns: Option<Arc<Columns>>,
 }
 
 impl Pending {
@@ -89,6 +92,14 @@ pub(super) async fn hand_over<R: SchemaResolver>(
         .batches
         .extend(decoder.finish_all().map_err(Failure::new)?);
     pending.records = 0;
+    if let Some(c) = &pending.columns {
+        pending.batches = std::mem::take(&mut pending.batches)
+            .into_iter()
+            .map(|b| c.apply(b))
+            .collect::<anyhow::Result<_>>()
+            // The policy, not the record, must change: a setting to mend.
+            .map_err(|e| Failure::with_fault(None, lakesink_model::Fault::Refused(None), e))?;
+    }
     if let Some(h) = &mut pending.headers {
         let batches = std::mem::take(&mut pending.batches);
         for b in batches {

@@ -9,6 +9,7 @@ mod common;
 
 mod alerts;
 mod check;
+mod columns;
 mod dead_letter;
 mod non_data;
 mod raw;

@@ -1,0 +1,160 @@
+//! `[[columns]]`: column policies, applied once to the decoded records so that every sink (the
+//! raw layer and the replica) holds the same columns: a column excluded for privacy is
+//! excluded everywhere.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Deserialize;
+
+use crate::{ConfigError, Secret};
+
+/// One policy: which topics, and what to do with their columns (fields of the key and of the
+/// row images, by name).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct ColumnPolicy {
+    /// A regex the whole topic name must match; absent: every topic.
+    pub topics: Option<String>,
+    /// Columns left out.
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    /// When set, only these columns (and the key's) are kept.
+    #[serde(default)]
+    pub include: Vec<String>,
+    /// Old name → new name.
+    #[serde(default)]
+    pub rename: BTreeMap<String, String>,
+    /// Columns replaced by the keyed hash (HMAC-SHA-256, hex) of their text: equal values stay
+    /// equal, so joins and keys still work, but the value cannot be read back.
+    #[serde(default)]
+    pub hash: Vec<String>,
+    /// The hash's key: a secret (`env:NAME`, `file:/path`, …), at least 16 bytes.
+    pub hash_key: Option<Secret>,
+}
+
+/// Checks what needs no secret's value.
+pub(crate) fn validate(policies: &[ColumnPolicy]) -> Result<(), ConfigError> {
+    let invalid = |reason: String| {
+        Err(ConfigError::Invalid {
+            field: "columns",
+            reason,
+        })
+    };
+    for (i, p) in policies.iter().enumerate() {
+        let at = format!("[[columns]] #{}", i + 1);
+        let named = p
+            .exclude
+            .iter()
+            .chain(&p.include)
+            .chain(&p.hash)
+            .chain(p.rename.keys())
+            .chain(p.rename.values());
+        if named.clone().any(|n| n.is_empty()) {
+            return invalid(format!("{at}: a column name is empty"));
+        }
+        if p.exclude.is_empty() && p.include.is_empty() && p.rename.is_empty() && p.hash.is_empty()
+        {
+            return invalid(format!(
+                "{at}: says nothing to do (exclude, include, rename or hash)"
+            ));
+        }
+        if !p.exclude.is_empty() && !p.include.is_empty() {
+            return invalid(format!(
+                "{at}: exclude and include together; use one (include keeps only what it names)"
+            ));
+        }
+        let dropped: BTreeSet<&String> = p.exclude.iter().collect();
+        if let Some(c) = p
+            .hash
+            .iter()
+            .chain(p.rename.keys())
+            .find(|c| dropped.contains(c))
+        {
+            return invalid(format!(
+                "{at}: column `{c}` is excluded and also hashed or renamed"
+            ));
+        }
+        let mut targets = BTreeSet::new();
+        for to in p.rename.values() {
+            if !targets.insert(to) {
+                return invalid(format!("{at}: two columns are renamed to `{to}`"));
+            }
+        }
+        if !p.hash.is_empty() && p.hash_key.is_none() {
+            return invalid(format!(
+                "{at}: hash needs hash-key (a secret: hash-key = \"env:LAKESINK_HASH_KEY\")"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks the hash keys' values.
+pub(crate) fn validate_keys(policies: &[ColumnPolicy]) -> Result<(), ConfigError> {
+    for (i, p) in policies.iter().enumerate() {
+        if let Some(k) = &p.hash_key
+            && k.expose().len() < 16
+        {
+            return Err(ConfigError::Invalid {
+                field: "columns",
+                reason: format!(
+                    "[[columns]] #{}: hash-key is {} bytes; use at least 16 (32 random bytes, say) so that hashes cannot be guessed by trying values",
+                    i + 1,
+                    k.expose().len()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Config, ConfigError};
+
+    const BASE: &str =
+        "[kafka]\nbrokers = \"b:1\"\ntopics = [\"t\"]\n[raw]\nurl = \"memory://x\"\n";
+
+    fn parse(columns: &str) -> Result<Config, ConfigError> {
+        let env = [("K".to_owned(), "0123456789abcdef0123".to_owned())];
+        Config::from_toml(&format!("{BASE}{columns}"), "test.toml", env)
+    }
+
+    #[test]
+    fn policies_parse_and_say_what_is_wrong() {
+        let c = parse(
+            "[[columns]]\ntopics = \"db\\\\.public\\\\..*\"\nexclude = [\"ssn\"]\nhash = [\"email\"]\nhash-key = \"env:K\"\n",
+        )
+        .expect("valid");
+        assert_eq!(c.columns[0].exclude, ["ssn"]);
+        assert_eq!(c.columns[0].topics.as_deref(), Some("db\\.public\\..*"));
+        assert!(
+            !format!("{c:?}").contains("0123456789abcdef0123"),
+            "the key is a secret"
+        );
+        for (text, says) in [
+            ("[[columns]]\nhash = [\"email\"]\n", "hash needs hash-key"),
+            ("[[columns]]\n", "says nothing to do"),
+            (
+                "[[columns]]\nexclude = [\"a\"]\ninclude = [\"b\"]\n",
+                "exclude and include together",
+            ),
+            (
+                "[[columns]]\nexclude = [\"a\"]\nhash = [\"a\"]\nhash-key = \"env:K\"\n",
+                "excluded and also hashed",
+            ),
+            (
+                "[[columns]]\nrename = { a = \"c\", b = \"c\" }\n",
+                "two columns are renamed to `c`",
+            ),
+            (
+                "[[columns]]\nhash = [\"a\"]\nhash-key = \"short\"\n",
+                "use at least 16",
+            ),
+            ("[[columns]]\nexclude = [\"a\"]\nmask = [\"b\"]\n", "mask"),
+        ] {
+            let err = parse(text).unwrap_err();
+            assert!(err.to_string().contains(says), "{text}: {err}");
+        }
+    }
+}

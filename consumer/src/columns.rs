@@ -1,0 +1,404 @@
+//! The `[[columns]]` policies, applied to each decoded batch once, before any sink sees it: the
+//! raw layer and the replica hold the same columns. Fields of the key record and of the row
+//! images (`before` and `after`; a flattened record's `after`) are excluded, kept, renamed or
+//! replaced by their keyed hash; the envelope's other columns are left alone.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use anyhow::Context;
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, ArrayRef, RecordBatch, StringArray, StructArray};
+use arrow_schema::{DataType, Field, Fields, Schema};
+use hmac::{Hmac, KeyInit, Mac};
+use lakesink_config::ColumnPolicy;
+use lakesink_schema_registry::ChangeBatch;
+use regex::Regex;
+use sha2::Sha256;
+
+/// Debezium's parameter naming the source column a field holds; a renamed field's is renamed.
+const SOURCE_NAME: &str = "__debezium.source.column.name";
+
+struct Policy {
+    topics: Option<Regex>,
+    exclude: HashSet<String>,
+    include: HashSet<String>,
+    rename: HashMap<String, String>,
+    hash: HashSet<String>,
+    key: Vec<u8>,
+}
+
+/// The compiled policies.
+pub(crate) struct Columns {
+    policies: Vec<Policy>,
+}
+
+impl Columns {
+    /// `None` when there are none.
+    pub(crate) fn new(config: &[ColumnPolicy]) -> anyhow::Result<Option<Arc<Self>>> {
+        if config.is_empty() {
+            return Ok(None);
+        }
+        let mut policies = Vec::new();
+        for (i, p) in config.iter().enumerate() {
+            let topics = p
+                .topics
+                .as_deref()
+                .map(|t| Regex::new(&format!("^(?:{t})$")))
+                .transpose()
+                .with_context(|| format!("[[columns]] #{}: topics is not a regex", i + 1))?;
+            let set = |v: &[String]| v.iter().cloned().collect::<HashSet<_>>();
+            policies.push(Policy {
+                topics,
+                exclude: set(&p.exclude),
+                include: set(&p.include),
+                rename: p.rename.clone().into_iter().collect(),
+                hash: set(&p.hash),
+                key: p
+                    .hash_key
+                    .as_ref()
+                    .map(|k| k.expose().as_bytes().to_vec())
+                    .unwrap_or_default(),
+            });
+        }
+        Ok(Some(Arc::new(Self { policies })))
+    }
+
+    /// `batch` with every policy matching its topic applied, in order.
+    pub(crate) fn apply(&self, mut batch: ChangeBatch) -> anyhow::Result<ChangeBatch> {
+        for p in self
+            .policies
+            .iter()
+            .filter(|p| p.topics.as_ref().is_none_or(|r| r.is_match(&batch.topic)))
+        {
+            batch.rows = p.apply(&batch.rows).with_context(|| {
+                format!(
+                    "{}[{}] offsets {}..={}: [[columns]]",
+                    batch.topic, batch.partition, batch.first_offset, batch.last_offset
+                )
+            })?;
+        }
+        Ok(batch)
+    }
+}
+
+impl Policy {
+    fn apply(&self, rows: &RecordBatch) -> anyhow::Result<RecordBatch> {
+        let schema = rows.schema();
+        let key_fields: HashSet<String> = rows
+            .column_by_name("key")
+            .and_then(|k| k.as_struct_opt())
+            .map(|k| k.fields().iter().map(|f| f.name().clone()).collect())
+            .unwrap_or_default();
+        let mut fields = Vec::with_capacity(schema.fields().len());
+        let mut columns = Vec::with_capacity(schema.fields().len());
+        for (f, c) in schema.fields().iter().zip(rows.columns()) {
+            let image = matches!(f.name().as_str(), "before" | "after");
+            let (f, c) = match c.as_struct_opt() {
+                Some(s) if image => self.image(f, s, &key_fields)?,
+                Some(s) if f.name() == "key" => self.key(f, s)?,
+                _ => (f.as_ref().clone(), c.clone()),
+            };
+            fields.push(f);
+            columns.push(c);
+        }
+        let schema = Schema::new_with_metadata(fields, schema.metadata().clone());
+        Ok(RecordBatch::try_new(Arc::new(schema), columns)?)
+    }
+
+    /// The key record: renamed and hashed like the images, so its fields still name the
+    /// images' columns; a key field is never left out (the replica keys rows by it).
+    fn key(&self, field: &Field, s: &StructArray) -> anyhow::Result<(Field, ArrayRef)> {
+        if let Some(f) = s.fields().iter().find(|f| self.exclude.contains(f.name())) {
+            anyhow::bail!(
+                "column `{}` is in the record key: it cannot be excluded (rows are keyed by it); hash it instead",
+                f.name()
+            );
+        }
+        self.rebuild(field, s, |_| true)
+    }
+
+    fn image(
+        &self,
+        field: &Field,
+        s: &StructArray,
+        key_fields: &HashSet<String>,
+    ) -> anyhow::Result<(Field, ArrayRef)> {
+        self.rebuild(field, s, |name| {
+            // A flattened record's metadata (`__op`, `__deleted`) stays unless named.
+            let meta = name.starts_with("__");
+            if self.exclude.contains(name) {
+                false
+            } else if self.include.is_empty() {
+                true
+            } else {
+                self.include.contains(name) || key_fields.contains(name) || meta
+            }
+        })
+    }
+
+    /// `s` with the fields `keep` says, renamed and hashed.
+    fn rebuild(
+        &self,
+        field: &Field,
+        s: &StructArray,
+        keep: impl Fn(&str) -> bool,
+    ) -> anyhow::Result<(Field, ArrayRef)> {
+        let mut fields = Vec::new();
+        let mut arrays = Vec::new();
+        for (f, a) in s.fields().iter().zip(s.columns()) {
+            if !keep(f.name()) {
+                continue;
+            }
+            let (mut f, mut a) = (f.as_ref().clone(), a.clone());
+            if self.hash.contains(f.name()) {
+                a = self.hashed(f.name(), &a)?;
+                f = hashed_field(&f);
+            }
+            if let Some(to) = self.rename.get(f.name()) {
+                f = renamed(&f, to);
+            }
+            fields.push(f);
+            arrays.push(a);
+        }
+        let s = StructArray::try_new(Fields::from(fields), arrays, s.nulls().cloned())?;
+        let field = Field::new(field.name(), s.data_type().clone(), field.is_nullable())
+            .with_metadata(field.metadata().clone());
+        Ok((field, Arc::new(s)))
+    }
+
+    /// HMAC-SHA-256 of each value's bytes (text as UTF-8, binary as is, integers and decimals
+    /// as their decimal text), lower-case hex; nulls stay null.
+    fn hashed(&self, name: &str, a: &ArrayRef) -> anyhow::Result<ArrayRef> {
+        let mac = Hmac::<Sha256>::new_from_slice(&self.key)
+            .map_err(|e| anyhow::anyhow!("hash-key: {e}"))?;
+        let digest = |bytes: &[u8]| {
+            let mut m = mac.clone();
+            m.update(bytes);
+            hex(&m.finalize().into_bytes())
+        };
+        let out: StringArray = match a.data_type() {
+            DataType::Utf8 => a
+                .as_string::<i32>()
+                .iter()
+                .map(|v| v.map(|s| digest(s.as_bytes())))
+                .collect(),
+            DataType::LargeUtf8 => a
+                .as_string::<i64>()
+                .iter()
+                .map(|v| v.map(|s| digest(s.as_bytes())))
+                .collect(),
+            DataType::Binary => a.as_binary::<i32>().iter().map(|v| v.map(digest)).collect(),
+            DataType::LargeBinary => a.as_binary::<i64>().iter().map(|v| v.map(digest)).collect(),
+            t if t.is_integer()
+                || matches!(t, DataType::Decimal128(..) | DataType::Decimal256(..)) =>
+            {
+                let text = arrow_cast::cast(a, &DataType::Utf8)?;
+                text.as_string::<i32>()
+                    .iter()
+                    .map(|v| v.map(|s| digest(s.as_bytes())))
+                    .collect()
+            }
+            t => anyhow::bail!(
+                "column `{name}` is {t}: hash applies to text, binary, integer and decimal columns"
+            ),
+        };
+        Ok(Arc::new(out))
+    }
+}
+
+/// A hashed column is text: the source's type and default no longer apply; its source name
+/// does.
+fn hashed_field(f: &Field) -> Field {
+    let mut metadata = HashMap::new();
+    if let Some(name) = source_name(f) {
+        let params = serde_json::json!({ SOURCE_NAME: name }).to_string();
+        metadata.insert("connect.parameters".to_owned(), params);
+    }
+    Field::new(f.name(), DataType::Utf8, true).with_metadata(metadata)
+}
+
+/// `f` named `to`, its source column name too.
+fn renamed(f: &Field, to: &str) -> Field {
+    let mut metadata = f.metadata().clone();
+    if let Some(params) = metadata.get("connect.parameters")
+        && let Ok(mut v) = serde_json::from_str::<serde_json::Value>(params)
+        && let Some(o) = v.as_object_mut()
+        && o.contains_key(SOURCE_NAME)
+    {
+        o.insert(
+            SOURCE_NAME.to_owned(),
+            serde_json::Value::String(to.to_owned()),
+        );
+        metadata.insert("connect.parameters".to_owned(), v.to_string());
+    }
+    f.clone().with_name(to).with_metadata(metadata)
+}
+
+fn source_name(f: &Field) -> Option<String> {
+    let params = f.metadata().get("connect.parameters")?;
+    let v: serde_json::Value = serde_json::from_str(params).ok()?;
+    v.get(SOURCE_NAME)?.as_str().map(str::to_owned)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{Int64Array, StringArray};
+    use lakesink_config::Secret;
+    use lakesink_schema_registry::ValueShape;
+
+    fn policy(f: impl FnOnce(&mut ColumnPolicy)) -> Arc<Columns> {
+        let mut p = ColumnPolicy {
+            topics: None,
+            exclude: vec![],
+            include: vec![],
+            rename: Default::default(),
+            hash: vec![],
+            hash_key: Some(Secret::new("0123456789abcdef-key")),
+        };
+        f(&mut p);
+        Columns::new(&[p]).expect("compiles").expect("one")
+    }
+
+    /// An envelope batch of `users`: key {id}, before/after {id, email, ssn, note}.
+    fn batch(topic: &str) -> ChangeBatch {
+        let image = || {
+            let fields = Fields::from(vec![
+                Field::new("id", DataType::Int64, false),
+                Field::new("email", DataType::Utf8, true),
+                Field::new("ssn", DataType::Utf8, true),
+                Field::new("note", DataType::Utf8, true).with_metadata(HashMap::from([(
+                    "connect.parameters".to_owned(),
+                    format!("{{\"{SOURCE_NAME}\": \"note\"}}"),
+                )])),
+            ]);
+            let cols: Vec<ArrayRef> = vec![
+                Arc::new(Int64Array::from(vec![1, 2])),
+                Arc::new(StringArray::from(vec![Some("a@x"), None])),
+                Arc::new(StringArray::from(vec!["111", "222"])),
+                Arc::new(StringArray::from(vec!["n1", "n2"])),
+            ];
+            StructArray::new(fields, cols, None)
+        };
+        let key = StructArray::new(
+            Fields::from(vec![Field::new("id", DataType::Int64, false)]),
+            vec![Arc::new(Int64Array::from(vec![1, 2])) as ArrayRef],
+            None,
+        );
+        let (after, before) = (image(), image());
+        let schema = Schema::new(vec![
+            Field::new("__offset", DataType::Int64, false),
+            Field::new("key", key.data_type().clone(), true),
+            Field::new("before", before.data_type().clone(), true),
+            Field::new("after", after.data_type().clone(), true),
+        ]);
+        let rows = RecordBatch::try_new(
+            Arc::new(schema),
+            vec![
+                Arc::new(Int64Array::from(vec![0, 1])),
+                Arc::new(key),
+                Arc::new(before),
+                Arc::new(after),
+            ],
+        )
+        .expect("batch");
+        ChangeBatch {
+            topic: topic.into(),
+            partition: 0,
+            first_offset: 0,
+            last_offset: 1,
+            key_schema: None,
+            value_schema: None,
+            shape: ValueShape::Envelope,
+            rows,
+        }
+    }
+
+    fn names(b: &ChangeBatch, column: &str) -> Vec<String> {
+        b.rows
+            .column_by_name(column)
+            .expect("column")
+            .as_struct()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect()
+    }
+
+    #[test]
+    fn exclude_rename_and_hash_apply_to_both_images_and_the_key() {
+        let c = policy(|p| {
+            p.exclude = vec!["ssn".into()];
+            p.rename = [("note".to_owned(), "remark".to_owned())].into();
+            p.hash = vec!["email".into(), "id".into()];
+        });
+        let b = c.apply(batch("db.public.users")).expect("applies");
+        for image in ["before", "after"] {
+            assert_eq!(names(&b, image), ["id", "email", "remark"]);
+        }
+        assert_eq!(names(&b, "key"), ["id"]);
+        let after = b.rows.column_by_name("after").unwrap().as_struct();
+        let email = after.column(1).as_string::<i32>();
+        assert_eq!(email.len(), 2);
+        assert_eq!(email.value(0).len(), 64, "HMAC-SHA-256, hex");
+        assert!(email.is_null(1), "nulls stay null");
+        // The key's hash equals the image's, so rows still match their keys.
+        let key = b.rows.column_by_name("key").unwrap().as_struct();
+        assert_eq!(
+            key.column(0).as_string::<i32>().value(1),
+            after.column(0).as_string::<i32>().value(1)
+        );
+        // The renamed field names its source column anew.
+        let remark = after.fields()[2].clone();
+        assert_eq!(source_name(&remark).as_deref(), Some("remark"));
+        // Known answer: HMAC-SHA-256("0123456789abcdef-key", "1").
+        let mac = Hmac::<Sha256>::new_from_slice(b"0123456789abcdef-key").unwrap();
+        let mut m = mac;
+        m.update(b"1");
+        assert_eq!(
+            key.column(0).as_string::<i32>().value(0),
+            hex(&m.finalize().into_bytes())
+        );
+    }
+
+    #[test]
+    fn include_keeps_the_key_and_topics_select_the_batches() {
+        let c = policy(|p| {
+            p.topics = Some("db\\.public\\.users".into());
+            p.include = vec!["note".into()];
+        });
+        let b = c.apply(batch("db.public.users")).expect("applies");
+        assert_eq!(names(&b, "after"), ["id", "note"]);
+        let other = c.apply(batch("db.public.users_old")).expect("applies");
+        assert_eq!(
+            names(&other, "after"),
+            ["id", "email", "ssn", "note"],
+            "whole-name match"
+        );
+    }
+
+    #[test]
+    fn a_key_column_cannot_be_excluded_and_a_struct_cannot_be_hashed() {
+        let c = policy(|p| p.exclude = vec!["id".into()]);
+        let err = c.apply(batch("t")).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("column `id` is in the record key"),
+            "{err:#}"
+        );
+        assert!(format!("{err:#}").contains("t[0] offsets 0..=1"), "{err:#}");
+        let c = policy(|p| p.hash = vec!["after".into()]);
+        // Only fields of the images are columns: the envelope's own `after` is not one.
+        assert!(c.apply(batch("t")).is_ok());
+    }
+}
