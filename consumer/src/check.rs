@@ -127,6 +127,23 @@ pub(crate) async fn run(path: &Path, source_connectors: &[std::path::PathBuf]) -
             report.line(status, "tables", &text);
         }
     }
+    if !config.columns.is_empty() {
+        // The same checks as at start: each pattern compiles and matches a listed topic.
+        let r = crate::columns::Columns::new(&config.columns, &config.kafka.topics)
+            .map(|_| {
+                format!(
+                    "{} column {} apply to every sink",
+                    config.columns.len(),
+                    if config.columns.len() == 1 {
+                        "policy"
+                    } else {
+                        "policies"
+                    }
+                )
+            })
+            .map_err(|e| format!("{e:#}"));
+        report.result("columns", r);
+    }
     if let Some(email) = config.alerts.as_ref().and_then(|a| a.email.as_ref()) {
         let r = bounded("SMTP server (alerts.email)", async {
             let mailer = crate::telemetry::email::Mailer::new(email, TIMEOUT)

@@ -34,11 +34,17 @@ pub(crate) struct Columns {
 }
 
 impl Columns {
-    /// `None` when there are none.
-    pub(crate) fn new(config: &[ColumnPolicy]) -> anyhow::Result<Option<Arc<Self>>> {
+    /// `None` when there are none. `topics`: the configured topic list (empty with a regex
+    /// subscription); a policy matching none of them is an error, as a misspelt pattern would
+    /// leave the columns it is for in every sink.
+    pub(crate) fn new(
+        config: &[ColumnPolicy],
+        topics: &[String],
+    ) -> anyhow::Result<Option<Arc<Self>>> {
         if config.is_empty() {
             return Ok(None);
         }
+        let config_topics = topics;
         let mut policies = Vec::new();
         for (i, p) in config.iter().enumerate() {
             let topics = p
@@ -47,6 +53,17 @@ impl Columns {
                 .map(|t| Regex::new(&format!("^(?:{t})$")))
                 .transpose()
                 .with_context(|| format!("[[columns]] #{}: topics is not a regex", i + 1))?;
+            if let Some(r) = &topics
+                && !config_topics.is_empty()
+                && !config_topics.iter().any(|t| r.is_match(t))
+            {
+                anyhow::bail!(
+                    "[[columns]] #{}: topics = {:?} matches none of kafka.topics ({}): the policy would never apply; mend the pattern",
+                    i + 1,
+                    p.topics.as_deref().unwrap_or_default(),
+                    config_topics.join(", ")
+                );
+            }
             let set = |v: &[String]| v.iter().cloned().collect::<HashSet<_>>();
             policies.push(Policy {
                 topics,
@@ -268,7 +285,7 @@ mod tests {
             hash_key: Some(Secret::new("0123456789abcdef-key")),
         };
         f(&mut p);
-        Columns::new(&[p]).expect("compiles").expect("one")
+        Columns::new(&[p], &[]).expect("compiles").expect("one")
     }
 
     /// An envelope batch of `users`: key {id}, before/after {id, email, ssn, note}.
@@ -386,6 +403,31 @@ mod tests {
             ["id", "email", "ssn", "note"],
             "whole-name match"
         );
+    }
+
+    #[test]
+    fn a_pattern_matching_no_configured_topic_is_refused() {
+        let p = ColumnPolicy {
+            topics: Some("db\\.public\\.user".into()),
+            exclude: vec!["ssn".into()],
+            include: vec![],
+            rename: Default::default(),
+            hash: vec![],
+            hash_key: None,
+        };
+        let topics = ["db.public.users".to_owned()];
+        let err = Columns::new(std::slice::from_ref(&p), &topics)
+            .err()
+            .expect("refused");
+        assert!(
+            err.to_string().contains("matches none of kafka.topics"),
+            "{err}"
+        );
+        let ok = ColumnPolicy {
+            topics: Some("db\\.public\\.users".into()),
+            ..p
+        };
+        assert!(Columns::new(&[ok], &topics).is_ok());
     }
 
     #[test]

@@ -225,7 +225,7 @@ async fn run(config: &Config, telemetry: Arc<Telemetry>) -> anyhow::Result<()> {
     }
     let sinks = (enabled, telemetry);
     let shutdown = Duration::from_millis(config.service.shutdown_timeout_ms);
-    let columns = columns::Columns::new(&config.columns)?;
+    let columns = columns::Columns::new(&config.columns, &config.kafka.topics)?;
     match record_format(config)? {
         format @ Format::Avro { .. } => {
             let registry =
