@@ -30,6 +30,27 @@ pub struct ColumnPolicy {
     pub hash: Vec<String>,
     /// The hash's key: a secret (`env:NAME`, `file:/path`, …), at least 16 bytes.
     pub hash_key: Option<Secret>,
+    /// Columns added to each row with a fixed text value: name → value.
+    #[serde(default, rename = "static")]
+    pub static_columns: BTreeMap<String, String>,
+    /// The record's metadata added to each row as columns: what → column name.
+    #[serde(default)]
+    pub metadata: BTreeMap<Metadata, String>,
+}
+
+/// Record metadata a policy can add as a column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Metadata {
+    /// The operation: `r`, `c`, `u`, `d`, `t`.
+    Op,
+    /// When the change happened at the source (`timestamptz`).
+    SourceTs,
+    /// The Kafka record's timestamp (`timestamptz`).
+    KafkaTs,
+    Topic,
+    Partition,
+    Offset,
 }
 
 /// Checks what needs no secret's value.
@@ -48,15 +69,28 @@ pub(crate) fn validate(policies: &[ColumnPolicy]) -> Result<(), ConfigError> {
             .chain(&p.include)
             .chain(&p.hash)
             .chain(p.rename.keys())
-            .chain(p.rename.values());
+            .chain(p.rename.values())
+            .chain(p.static_columns.keys())
+            .chain(p.metadata.values());
         if named.clone().any(|n| n.is_empty()) {
             return invalid(format!("{at}: a column name is empty"));
         }
-        if p.exclude.is_empty() && p.include.is_empty() && p.rename.is_empty() && p.hash.is_empty()
+        if p.exclude.is_empty()
+            && p.include.is_empty()
+            && p.rename.is_empty()
+            && p.hash.is_empty()
+            && p.static_columns.is_empty()
+            && p.metadata.is_empty()
         {
             return invalid(format!(
-                "{at}: says nothing to do (exclude, include, rename or hash)"
+                "{at}: says nothing to do (exclude, include, rename, hash, static or metadata)"
             ));
+        }
+        let mut added = BTreeSet::new();
+        for name in p.static_columns.keys().chain(p.metadata.values()) {
+            if !added.insert(name) {
+                return invalid(format!("{at}: two added columns are named `{name}`"));
+            }
         }
         if !p.exclude.is_empty() && !p.include.is_empty() {
             return invalid(format!(

@@ -22,7 +22,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-pub use columns::ColumnPolicy;
+pub use columns::{ColumnPolicy, Metadata};
 pub use errors::{ErrorsConfig, Tolerance};
 pub use kafka_security::{
     KafkaOAuth, KafkaSecurity, MskIam, SaslMechanism, SecurityProtocol, msk_region_of,

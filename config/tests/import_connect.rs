@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 use lakesink_config::connect_import::{ImportError, Imported, Input, Options, import};
 use lakesink_config::{
-    Codec, Config, Content, DeletePolicy, IdentifierCase, PartitionerKind, PkMode, RecordFormat,
-    SchemaEvolution, TimestampSource, Tombstones,
+    Codec, Config, Content, DeletePolicy, IdentifierCase, Metadata, PartitionerKind, PkMode,
+    RecordFormat, SchemaEvolution, TimestampSource, Tombstones,
 };
 
 fn fixture(name: &str) -> Input {
@@ -458,10 +458,23 @@ fn rewritten_deletes_a_jdbc_sink_kept_become_soft_deletes() {
 }
 
 #[test]
-fn replace_field_transforms_become_column_policies() {
+fn replace_field_and_insert_field_transforms_become_column_policies() {
     let i = run(&["confluent-jdbc-sink-replacefield.json"]).expect("import");
     let c = load(&i, &[]);
-    assert_eq!(c.columns.len(), 2, "{}", i.toml);
+    assert_eq!(c.columns.len(), 3, "{}", i.toml);
+    let meta = &c.columns[2];
+    assert_eq!(
+        meta.metadata,
+        [
+            (Metadata::Topic, "kafka_topic".to_owned()),
+            (Metadata::Offset, "kafka_offset".to_owned())
+        ]
+        .into()
+    );
+    assert_eq!(
+        meta.static_columns,
+        [("source_dc".to_owned(), "eu-west-1".to_owned())].into()
+    );
     assert_eq!(c.columns[0].exclude, ["ssn", "card_number"]);
     assert_eq!(c.columns[0].topics, None, "every topic of the connector");
     assert_eq!(

@@ -1,17 +1,21 @@
 //! The `[[columns]]` policies, applied to each decoded batch once, before any sink sees it: the
 //! raw layer and the replica hold the same columns. Fields of the key record and of the row
 //! images (`before` and `after`; a flattened record's `after`) are excluded, kept, renamed or
-//! replaced by their keyed hash; the envelope's other columns are left alone.
+//! replaced by their keyed hash, and fixed values and record metadata are added to the `after`
+//! image; the envelope's other columns are left alone.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use anyhow::Context;
 use arrow_array::cast::AsArray;
-use arrow_array::{Array, ArrayRef, RecordBatch, StringArray, StructArray};
+use arrow_array::types::Int64Type;
+use arrow_array::{
+    Array, ArrayRef, Int32Array, RecordBatch, StringArray, StructArray, TimestampMicrosecondArray,
+};
 use arrow_schema::{DataType, Field, Fields, Schema};
 use hmac::{Hmac, KeyInit, Mac};
-use lakesink_config::ColumnPolicy;
+use lakesink_config::{ColumnPolicy, Metadata};
 use lakesink_schema_registry::ChangeBatch;
 use regex::Regex;
 use sha2::Sha256;
@@ -26,6 +30,8 @@ struct Policy {
     rename: HashMap<String, String>,
     hash: HashSet<String>,
     key: Vec<u8>,
+    static_columns: Vec<(String, String)>,
+    metadata: Vec<(Metadata, String)>,
 }
 
 /// The compiled policies.
@@ -76,6 +82,8 @@ impl Columns {
                     .as_ref()
                     .map(|k| k.expose().as_bytes().to_vec())
                     .unwrap_or_default(),
+                static_columns: p.static_columns.clone().into_iter().collect(),
+                metadata: p.metadata.clone().into_iter().collect(),
             });
         }
         Ok(Some(Arc::new(Self { policies })))
@@ -88,7 +96,7 @@ impl Columns {
             .iter()
             .filter(|p| p.topics.as_ref().is_none_or(|r| r.is_match(&batch.topic)))
         {
-            batch.rows = p.apply(&batch.rows).with_context(|| {
+            batch.rows = p.apply(&batch).with_context(|| {
                 format!(
                     "{}[{}] offsets {}..={}: [[columns]]",
                     batch.topic, batch.partition, batch.first_offset, batch.last_offset
@@ -100,7 +108,8 @@ impl Columns {
 }
 
 impl Policy {
-    fn apply(&self, rows: &RecordBatch) -> anyhow::Result<RecordBatch> {
+    fn apply(&self, batch: &ChangeBatch) -> anyhow::Result<RecordBatch> {
+        let rows = &batch.rows;
         let schema = rows.schema();
         let key_fields: HashSet<String> = rows
             .column_by_name("key")
@@ -115,6 +124,10 @@ impl Policy {
                 Some(s) if image => self.image(f, s, &key_fields)?,
                 Some(s) if f.name() == "key" => self.key(f, s)?,
                 _ => (f.as_ref().clone(), c.clone()),
+            };
+            let (f, c) = match c.as_struct_opt() {
+                Some(s) if f.name() == "after" && self.adds() => self.add(&f, s, batch)?,
+                _ => (f, c),
             };
             fields.push(f);
             columns.push(c);
@@ -184,6 +197,62 @@ impl Policy {
         Ok((field, Arc::new(s)))
     }
 
+    fn adds(&self) -> bool {
+        !self.static_columns.is_empty() || !self.metadata.is_empty()
+    }
+
+    /// The `after` image with the fixed values and the metadata added as columns.
+    fn add(
+        &self,
+        field: &Field,
+        s: &StructArray,
+        batch: &ChangeBatch,
+    ) -> anyhow::Result<(Field, ArrayRef)> {
+        let n = s.len();
+        let (fields, mut arrays, nulls) = s.clone().into_parts();
+        let mut fields: Vec<Field> = fields.iter().map(|f| f.as_ref().clone()).collect();
+        let mut put = |name: &str, a: ArrayRef| -> anyhow::Result<()> {
+            if fields.iter().any(|f| f.name() == name) {
+                anyhow::bail!(
+                    "the record already has a column `{name}`: name the added column otherwise"
+                );
+            }
+            fields.push(column(name, a.data_type().clone()));
+            arrays.push(a);
+            Ok(())
+        };
+        for (name, value) in &self.static_columns {
+            put(
+                name,
+                Arc::new(StringArray::from_iter_values(std::iter::repeat_n(value, n))),
+            )?;
+        }
+        let rows = &batch.rows;
+        let col = |name: &str| {
+            rows.column_by_name(name)
+                .cloned()
+                .with_context(|| format!("the batch has no {name} column"))
+        };
+        for (what, name) in &self.metadata {
+            let a: ArrayRef = match what {
+                Metadata::Op => col("__op")?,
+                Metadata::Topic => Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
+                    &*batch.topic,
+                    n,
+                ))),
+                Metadata::Partition => Arc::new(Int32Array::from_value(batch.partition, n)),
+                Metadata::Offset => col("__offset")?,
+                Metadata::KafkaTs => col("__timestamp")?,
+                Metadata::SourceTs => Arc::new(source_ts(rows, s)),
+            };
+            put(name, a)?;
+        }
+        let s = StructArray::try_new(Fields::from(fields), arrays, nulls)?;
+        let field = Field::new(field.name(), s.data_type().clone(), field.is_nullable())
+            .with_metadata(field.metadata().clone());
+        Ok((field, Arc::new(s)))
+    }
+
     /// HMAC-SHA-256 of each value's bytes (text as UTF-8, binary as is, integers and decimals
     /// as their decimal text), lower-case hex; nulls stay null.
     fn hashed(&self, name: &str, a: &ArrayRef) -> anyhow::Result<ArrayRef> {
@@ -222,6 +291,42 @@ impl Policy {
         };
         Ok(Arc::new(out))
     }
+}
+
+/// When each change happened at the source, µs: the envelope's `source.ts_us` or `ts_ms`, a
+/// flattened record's `__source_ts_us` or `__source_ts_ms` (`add.fields`).
+fn source_ts(rows: &RecordBatch, after: &StructArray) -> TimestampMicrosecondArray {
+    let source = rows
+        .column_by_name("source")
+        .and_then(|s| s.as_struct_opt());
+    let int = |s: Option<&StructArray>, name: &str| {
+        s.and_then(|s| s.column_by_name(name))
+            .and_then(|c| c.as_primitive_opt::<Int64Type>())
+            .cloned()
+    };
+    let (us, ms) = match source {
+        Some(s) => (int(Some(s), "ts_us"), int(Some(s), "ts_ms")),
+        None => (
+            int(Some(after), "__source_ts_us"),
+            int(Some(after), "__source_ts_ms"),
+        ),
+    };
+    let valid = |a: &arrow_array::Int64Array, r: usize| a.is_valid(r).then(|| a.value(r));
+    (0..rows.num_rows())
+        .map(|r| match (&us, &ms) {
+            (Some(us), _) if us.is_valid(r) => valid(us, r),
+            (_, Some(ms)) => valid(ms, r).and_then(|v| v.checked_mul(1000)),
+            _ => None,
+        })
+        .collect::<TimestampMicrosecondArray>()
+        .with_timezone("UTC")
+}
+
+/// A field the replica takes as a column of that name, `__` prefix or not.
+fn column(name: &str, data_type: DataType) -> Field {
+    let params = serde_json::json!({ SOURCE_NAME: name }).to_string();
+    Field::new(name, data_type, true)
+        .with_metadata(HashMap::from([("connect.parameters".to_owned(), params)]))
 }
 
 /// A hashed column is text: the source's type and default no longer apply; its source name
@@ -283,6 +388,8 @@ mod tests {
             rename: Default::default(),
             hash: vec![],
             hash_key: Some(Secret::new("0123456789abcdef-key")),
+            static_columns: Default::default(),
+            metadata: Default::default(),
         };
         f(&mut p);
         Columns::new(&[p], &[]).expect("compiles").expect("one")
@@ -406,6 +513,51 @@ mod tests {
     }
 
     #[test]
+    fn fixed_values_and_metadata_are_added_to_the_after_image() {
+        let c = policy(|p| {
+            p.static_columns = [("region".to_owned(), "eu".to_owned())].into();
+            p.metadata = [
+                (Metadata::Offset, "kafka_offset".to_owned()),
+                (Metadata::Topic, "__topic".to_owned()),
+                (Metadata::SourceTs, "changed_at".to_owned()),
+            ]
+            .into();
+        });
+        let b = c.apply(batch("db.public.users")).expect("applies");
+        assert_eq!(
+            names(&b, "after"),
+            [
+                "id",
+                "email",
+                "ssn",
+                "note",
+                "region",
+                "changed_at",
+                "__topic",
+                "kafka_offset"
+            ]
+        );
+        assert_eq!(names(&b, "before"), ["id", "email", "ssn", "note"]);
+        let after = b.rows.column_by_name("after").unwrap().as_struct();
+        let offset = after.column_by_name("kafka_offset").unwrap();
+        assert_eq!(offset.as_primitive::<Int64Type>().values(), &[0, 1]);
+        let topic = after.column_by_name("__topic").unwrap().as_string::<i32>();
+        assert_eq!(topic.value(1), "db.public.users");
+        // A `__` name is a column all the same (the replica takes such fields of a flattened
+        // record as metadata otherwise).
+        let f = after.fields().find("__topic").unwrap().1;
+        assert_eq!(source_name(f).as_deref(), Some("__topic"));
+        // No source block in this batch: no source time.
+        assert_eq!(after.column_by_name("changed_at").unwrap().null_count(), 2);
+        let clash = policy(|p| p.static_columns = [("email".to_owned(), "x".to_owned())].into());
+        let err = clash.apply(batch("t")).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("already has a column `email`"),
+            "{err:#}"
+        );
+    }
+
+    #[test]
     fn a_pattern_matching_no_configured_topic_is_refused() {
         let p = ColumnPolicy {
             topics: Some("db\\.public\\.user".into()),
@@ -414,6 +566,8 @@ mod tests {
             rename: Default::default(),
             hash: vec![],
             hash_key: None,
+            static_columns: Default::default(),
+            metadata: Default::default(),
         };
         let topics = ["db.public.users".to_owned()];
         let err = Columns::new(std::slice::from_ref(&p), &topics)

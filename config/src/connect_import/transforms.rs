@@ -9,6 +9,8 @@ use super::cfg::{Cfg, Connector, Kind, NO_SMT, RETRIES, Section, last_segment, s
 const UNWRAP: &str = "io.debezium.transforms.ExtractNewRecordState";
 /// Kafka Connect's field filter and renamer, on the record value.
 const REPLACE_FIELD: &str = "org.apache.kafka.connect.transforms.ReplaceField$Value";
+/// Kafka Connect's fixed and metadata fields, on the record value.
+const INSERT_FIELD: &str = "org.apache.kafka.connect.transforms.InsertField$Value";
 
 /// The unwrap SMT's `drop.tombstones` (default true), when the connector applies it.
 #[derive(Debug, Clone, Copy)]
@@ -35,8 +37,15 @@ pub(super) fn transforms(
     for alias in list {
         let prefix = format!("transforms.{alias}.");
         let ty = cfg.take(&format!("{prefix}type")).unwrap_or_default();
-        if ty == REPLACE_FIELD && !cfg.map.contains_key(&format!("{prefix}predicate")) {
+        let predicate = cfg.map.contains_key(&format!("{prefix}predicate"));
+        if ty == REPLACE_FIELD && !predicate {
             if let Some(policy) = replace_field(cfg, &prefix) {
+                columns.push(policy);
+            }
+            continue;
+        }
+        if ty == INSERT_FIELD && !predicate {
+            if let Some(policy) = insert_field(cfg, &prefix) {
                 columns.push(policy);
             }
             continue;
@@ -117,6 +126,43 @@ fn replace_field(cfg: &mut Cfg<'_>, prefix: &str) -> Option<Section> {
     }
     if !rename.is_empty() {
         policy.set("rename", Value::Table(rename));
+    }
+    (!policy.is_empty()).then_some(policy)
+}
+
+/// An `InsertField$Value` transform's keys → a `[[columns]]` policy adding the fixed value and
+/// the record's coordinates and timestamp as columns.
+fn insert_field(cfg: &mut Cfg<'_>, prefix: &str) -> Option<Section> {
+    // A field name may end in `!` (required) or `?` (optional): lakesink's are optional.
+    let mut take = |k: &str| {
+        cfg.take(&format!("{prefix}{k}"))
+            .map(|v| v.trim().trim_end_matches(['!', '?']).to_owned())
+            .filter(|v| !v.is_empty())
+    };
+    let mut metadata = toml::map::Map::new();
+    for (key, what) in [
+        ("topic.field", "topic"),
+        ("partition.field", "partition"),
+        ("offset.field", "offset"),
+        ("timestamp.field", "kafka-ts"),
+    ] {
+        if let Some(name) = take(key) {
+            metadata.insert(what.to_owned(), Value::String(name));
+        }
+    }
+    let mut fixed = toml::map::Map::new();
+    if let (Some(name), Some(value)) = (take("static.field"), take("static.value")) {
+        fixed.insert(name, Value::String(value));
+    }
+    for k in cfg.keys_with_prefix(prefix) {
+        cfg.drop(&k, "not an InsertField option lakesink knows");
+    }
+    let mut policy = Section::default();
+    if !fixed.is_empty() {
+        policy.set("static", Value::Table(fixed));
+    }
+    if !metadata.is_empty() {
+        policy.set("metadata", Value::Table(metadata));
     }
     (!policy.is_empty()).then_some(policy)
 }

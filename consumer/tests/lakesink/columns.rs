@@ -1,5 +1,5 @@
-//! `[[columns]]` end to end with real Debezium: a column excluded, one hashed, one renamed, as
-//! the live service writes the raw layer and the replica. Neither holds the excluded column or
+//! `[[columns]]` end to end with real Debezium: a column excluded, one hashed, one renamed, a
+//! fixed one and metadata added, as the live service writes the raw layer and the replica. Neither holds the excluded column or
 //! the hashed values; both hold the same hashes, which are the HMAC of the source's values.
 
 use std::process::Command;
@@ -68,7 +68,7 @@ async fn excluded_hashed_and_renamed_columns_reach_both_sinks_alike() {
     connector.read(1).await; // the topic exists
     let topic = connector.topic.clone();
     let policy = format!(
-        "[[columns]]\ntopics = \"{}\"\nexclude = [\"ssn\"]\nhash = [\"email\"]\nhash-key = \"env:LAKESINK_HASH_KEY\"\nrename = {{ qty = \"quantity\" }}\n",
+        "[[columns]]\ntopics = \"{}\"\nexclude = [\"ssn\"]\nhash = [\"email\"]\nhash-key = \"env:LAKESINK_HASH_KEY\"\nrename = {{ qty = \"quantity\" }}\nstatic = {{ region = \"eu\" }}\nmetadata = {{ op = \"__op\", source-ts = \"changed_at\", offset = \"kafka_offset\" }}\n",
         regex_escape(&topic)
     );
     let run = Run::with(
@@ -131,8 +131,31 @@ async fn excluded_hashed_and_renamed_columns_reach_both_sinks_alike() {
     .expect("columns");
     assert_eq!(
         columns.iter().map(|c| c.0.as_str()).collect::<Vec<_>>(),
-        ["id", "email", "quantity"]
+        [
+            "id",
+            "email",
+            "quantity",
+            "region",
+            "__op",
+            "changed_at",
+            "kafka_offset"
+        ]
     );
+    // The added columns: a fixed value, the operation, the source's time, the offset.
+    let added: Vec<(i64, String, String, bool, i64)> = sqlx::query_as(AssertSqlSafe(format!(
+        "SELECT id, region, __op, changed_at > now() - interval '1 hour', kafka_offset \
+         FROM public.\"{name}\" ORDER BY id"
+    )))
+    .fetch_all(&rep)
+    .await
+    .expect("added columns");
+    assert_eq!(added.len(), 21);
+    for (id, region, op, recent, offset) in &added {
+        assert_eq!(region, "eu");
+        assert!(recent, "id {id}: the source's time");
+        let (want_op, want_offset) = if *id == 1 { ("u", 21) } else { ("r", id - 1) };
+        assert_eq!((op.as_str(), *offset), (want_op, want_offset), "id {id}");
+    }
 
     // The raw layer: no ssn in any file's schema, the same hashes in `after`.
     let files = run.files("").await;
