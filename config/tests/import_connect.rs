@@ -462,6 +462,10 @@ fn replace_field_and_insert_field_transforms_become_column_policies() {
     let i = run(&["confluent-jdbc-sink-replacefield.json"]).expect("import");
     let c = load(&i, &[]);
     assert_eq!(c.columns.len(), 3, "{}", i.toml);
+    // ValueToKey made the key of two value fields; the sink keyed rows by that key.
+    let r = c.replica.as_ref().expect("replica");
+    assert_eq!(r.pk_mode, PkMode::RecordValue);
+    assert_eq!(r.pk_fields, ["customer_id", "region"]);
     let meta = &c.columns[2];
     assert_eq!(
         meta.metadata,

@@ -77,6 +77,8 @@ pub(crate) struct Connector {
     pub(super) errors: Section,
     /// `[[columns]]` policies, from `ReplaceField` transforms, in order.
     pub(super) columns: Vec<Section>,
+    /// The value fields a `ValueToKey` transform makes the record key of.
+    pub(super) value_to_key: Option<Vec<String>>,
     pub(super) dropped: Vec<Dropped>,
     pub(super) notes: Vec<String>,
 }
@@ -99,6 +101,7 @@ impl Connector {
             replica: Section::default(),
             errors: Section::default(),
             columns: Vec::new(),
+            value_to_key: None,
             dropped: Vec::new(),
             notes: Vec::new(),
         }

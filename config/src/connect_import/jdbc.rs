@@ -132,8 +132,25 @@ fn primary_key(cfg: &mut Cfg<'_>, part: &mut Connector, dz: bool) {
     } else {
         ("pk.mode", "pk.fields")
     };
+    let keyed_by_value = part.value_to_key.clone().filter(|f| !f.is_empty());
     match cfg.plain(mode_key).as_deref().map(str::to_ascii_lowercase) {
         None => {}
+        // ValueToKey made the key of these value fields: the same rows, keyed by value.
+        Some(m) if m == "record_key" && keyed_by_value.is_some() => {
+            part.replica.set("pk-mode", "record-value");
+            // `pk.fields` picks among the key's fields: here, those value fields.
+            let fields = cfg
+                .plain(fields_key)
+                .map(|f| split_list(&f))
+                .filter(|f| !f.is_empty())
+                .or(keyed_by_value)
+                .unwrap_or_default();
+            part.replica.set(
+                "pk-fields",
+                Value::Array(fields.into_iter().map(Value::String).collect()),
+            );
+            return;
+        }
         Some(m) if m == "record_key" => part.replica.set("pk-mode", "record-key"),
         Some(m) if m == "record_value" => part.replica.set("pk-mode", "record-value"),
         Some(m) => cfg.list_dropped(

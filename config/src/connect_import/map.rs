@@ -31,7 +31,7 @@ pub(crate) fn map(input: &Input) -> Result<Connector, ImportError> {
         .unwrap_or_else(|| "(unnamed)".into());
     let mut part = Connector::new(input.name.clone(), name, class, kind);
     common(&mut cfg, &mut part)?;
-    let unwrap = transforms(&mut cfg, kind, &mut part.columns);
+    let unwrap = transforms(&mut cfg, &mut part);
     match kind {
         Kind::S3 => s3(&mut cfg, &mut part, unwrap)?,
         Kind::ConfluentJdbc | Kind::DebeziumJdbc => {

@@ -11,6 +11,8 @@ const UNWRAP: &str = "io.debezium.transforms.ExtractNewRecordState";
 const REPLACE_FIELD: &str = "org.apache.kafka.connect.transforms.ReplaceField$Value";
 /// Kafka Connect's fixed and metadata fields, on the record value.
 const INSERT_FIELD: &str = "org.apache.kafka.connect.transforms.InsertField$Value";
+/// Kafka Connect's record key from value fields.
+const VALUE_TO_KEY: &str = "org.apache.kafka.connect.transforms.ValueToKey";
 
 /// The unwrap SMT's `drop.tombstones` (default true), when the connector applies it.
 #[derive(Debug, Clone, Copy)]
@@ -26,12 +28,11 @@ pub(super) struct Unwrap {
 }
 
 /// `transforms` and each listed transform's keys; the unwrap SMT and its alias, if listed.
-/// `ReplaceField` transforms become `[[columns]]` policies in `columns`.
-pub(super) fn transforms(
-    cfg: &mut Cfg<'_>,
-    kind: Kind,
-    columns: &mut Vec<Section>,
-) -> Option<(Unwrap, String)> {
+/// `ReplaceField` and `InsertField` transforms become `[[columns]]` policies in `part`, a
+/// JDBC sink's `ValueToKey` its key fields.
+pub(super) fn transforms(cfg: &mut Cfg<'_>, part: &mut Connector) -> Option<(Unwrap, String)> {
+    let kind = part.kind;
+    let columns = &mut part.columns;
     let list = cfg.take("transforms").map(|t| split_list(&t))?;
     let mut unwrap = None;
     for alias in list {
@@ -41,6 +42,14 @@ pub(super) fn transforms(
         if ty == REPLACE_FIELD && !predicate {
             if let Some(policy) = replace_field(cfg, &prefix) {
                 columns.push(policy);
+            }
+            continue;
+        }
+        if ty == VALUE_TO_KEY && !predicate && kind.is_jdbc() {
+            let fields = cfg.take(&format!("{prefix}fields")).unwrap_or_default();
+            part.value_to_key = Some(split_list(&fields));
+            for k in cfg.keys_with_prefix(&prefix) {
+                cfg.drop(&k, "not a ValueToKey option lakesink knows");
             }
             continue;
         }
