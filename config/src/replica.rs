@@ -115,6 +115,12 @@ pub struct ReplicaConfig {
     /// `database.schema.table` where the database must be the connected one.
     #[serde(default = "default_table_name_format")]
     pub table_name_format: String,
+    /// `${topic}` in the template is the topic rewritten by this regex, when it matches the whole
+    /// topic name, and `topic-replacement` (Kafka Connect's `RegexRouter`).
+    pub topic_regex: Option<String>,
+    /// What a topic `topic-regex` matches becomes: `$1` for the first group.
+    #[serde(default)]
+    pub topic_replacement: String,
     /// Replace dots with underscores in the substituted values (not in the template's own
     /// text), so `${topic}` = `demo.public.orders` names the table `demo_public_orders`.
     #[serde(default = "default_true")]
@@ -328,6 +334,8 @@ impl ReplicaConfig {
             url: DbUrl(url.into()),
             password: None,
             table_name_format: default_table_name_format(),
+            topic_regex: None,
+            topic_replacement: String::new(),
             dots_to_underscores: true,
             default_schema: default_schema(),
             identifier_case: IdentifierCase::default(),

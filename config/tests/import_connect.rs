@@ -466,6 +466,9 @@ fn replace_field_and_insert_field_transforms_become_column_policies() {
     let r = c.replica.as_ref().expect("replica");
     assert_eq!(r.pk_mode, PkMode::RecordValue);
     assert_eq!(r.pk_fields, ["customer_id", "region"]);
+    // RegexRouter named the tables.
+    assert_eq!(r.topic_regex.as_deref(), Some("(.*)"));
+    assert_eq!(r.topic_replacement, "crm_$1");
     let meta = &c.columns[2];
     assert_eq!(
         meta.metadata,

@@ -13,6 +13,8 @@ const REPLACE_FIELD: &str = "org.apache.kafka.connect.transforms.ReplaceField$Va
 const INSERT_FIELD: &str = "org.apache.kafka.connect.transforms.InsertField$Value";
 /// Kafka Connect's record key from value fields.
 const VALUE_TO_KEY: &str = "org.apache.kafka.connect.transforms.ValueToKey";
+/// Kafka Connect's topic renamer, which names a JDBC sink's tables.
+const REGEX_ROUTER: &str = "org.apache.kafka.connect.transforms.RegexRouter";
 
 /// The unwrap SMT's `drop.tombstones` (default true), when the connector applies it.
 #[derive(Debug, Clone, Copy)]
@@ -42,6 +44,23 @@ pub(super) fn transforms(cfg: &mut Cfg<'_>, part: &mut Connector) -> Option<(Unw
         if ty == REPLACE_FIELD && !predicate {
             if let Some(policy) = replace_field(cfg, &prefix) {
                 columns.push(policy);
+            }
+            continue;
+        }
+        if ty == REGEX_ROUTER
+            && !predicate
+            && kind.is_jdbc()
+            && part.replica.get("topic-regex").is_none()
+        {
+            if let Some(regex) = cfg.take(&format!("{prefix}regex")) {
+                let to = cfg
+                    .take(&format!("{prefix}replacement"))
+                    .unwrap_or_default();
+                part.replica.set("topic-regex", regex);
+                part.replica.set("topic-replacement", to);
+            }
+            for k in cfg.keys_with_prefix(&prefix) {
+                cfg.drop(&k, "not a RegexRouter option lakesink knows");
             }
             continue;
         }

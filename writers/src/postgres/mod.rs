@@ -519,6 +519,10 @@ fn name_template(config: &ReplicaConfig, database: &str) -> Result<naming::NameT
         database,
     )
     .map(|t| t.with_case(config.identifier_case))
+    .and_then(|t| match &config.topic_regex {
+        Some(re) => t.with_route(re, &config.topic_replacement),
+        None => Ok(t),
+    })
 }
 
 /// Takes a table of per-column counts.

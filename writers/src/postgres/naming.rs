@@ -47,6 +47,41 @@ pub(crate) fn check_ident(name: &str, what: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Java's `Matcher.replaceFirst` replacement (`$1`, `\$`) in the regex crate's syntax
+/// (`${1}`, `$$`), for a regex of `groups` groups: as in Java, the digits after `$` are one
+/// group number as long as it stays a group (`$12` with one group is group 1, then `2`); the
+/// regex crate would read `$1a` as a group named `1a`.
+fn java_replacement(java: &str, groups: usize) -> String {
+    let mut out = String::new();
+    let mut chars = java.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some('$') => out.push_str("$$"),
+                Some(other) => out.push(other),
+                None => {}
+            },
+            '$' => {
+                let mut group: Option<usize> = None;
+                while let Some(d) = chars.peek().and_then(|d| d.to_digit(10)) {
+                    let next = group.map_or(d as usize, |g| g * 10 + d as usize);
+                    if group.is_some() && next > groups {
+                        break;
+                    }
+                    group = Some(next);
+                    chars.next();
+                }
+                match group {
+                    Some(g) => out.push_str(&format!("${{{g}}}")),
+                    None => out.push_str("$$"),
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// The values a template can refer to.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct NameSource<'a> {
@@ -64,6 +99,8 @@ pub(crate) struct NameTemplate {
     default_schema: String,
     database: String,
     case: IdentifierCase,
+    /// `${topic}` is the topic rewritten: a regex matching the whole name, and its replacement.
+    route: Option<(regex::Regex, String)>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -115,7 +152,18 @@ impl NameTemplate {
             default_schema: default_schema.to_owned(),
             database: database.to_owned(),
             case: IdentifierCase::Preserve,
+            route: None,
         })
+    }
+
+    /// The template with `${topic}` rewritten where `regex` matches the whole topic name, as
+    /// Kafka Connect's `RegexRouter` does (`$1` in `replacement` is the first group).
+    pub(crate) fn with_route(mut self, regex: &str, replacement: &str) -> Result<Self, String> {
+        let re = regex::Regex::new(&format!("^(?:{regex})$"))
+            .map_err(|e| format!("replica.topic-regex: {e}"))?;
+        let groups = re.captures_len() - 1;
+        self.route = Some((re, java_replacement(replacement, groups)));
+        Ok(self)
     }
 
     /// The template with `suffix` appended to what it renders.
@@ -148,7 +196,21 @@ impl NameTemplate {
                     out.push_str(t);
                     continue;
                 }
-                Part::Topic => (Some(src.topic), "topic"),
+                Part::Topic => {
+                    let topic = match &self.route {
+                        Some((re, to)) if re.is_match(src.topic) => {
+                            std::borrow::Cow::Owned(re.replace(src.topic, to.as_str()).into_owned())
+                        }
+                        _ => std::borrow::Cow::Borrowed(src.topic),
+                    };
+                    let value = if self.dots_to_underscores {
+                        topic.replace('.', "_")
+                    } else {
+                        topic.into_owned()
+                    };
+                    out.push_str(&value);
+                    continue;
+                }
                 Part::SourceDb => (src.db, "source.db"),
                 Part::SourceSchema => (src.schema, "source.schema"),
                 Part::SourceTable => (src.table, "source.table"),
@@ -226,6 +288,33 @@ mod tests {
             .unwrap()
             .with_case(IdentifierCase::Lower);
         assert_eq!(t.render(src("A.B")).unwrap(), name("repl", "copy_a_b"));
+    }
+
+    #[test]
+    fn a_topic_route_rewrites_the_whole_topic_as_regex_router_does() {
+        let t = NameTemplate::parse("${topic}", false, "public", "r")
+            .unwrap()
+            .with_route("dbserver1\\.inventory\\.(.*)", "$1_copy")
+            .unwrap();
+        assert_eq!(
+            t.render(src("dbserver1.inventory.orders")).unwrap(),
+            name("public", "orders_copy")
+        );
+        // Not a whole-name match: the topic as it is.
+        assert_eq!(
+            t.render(src("x.dbserver1.inventory.orders")).unwrap_err(),
+            "table name `x.dbserver1.inventory.orders` has 4 dot-separated parts; at most 3 (database.schema.table)"
+        );
+        assert!(
+            NameTemplate::parse("${topic}", true, "p", "r")
+                .unwrap()
+                .with_route("(", "")
+                .is_err()
+        );
+        assert_eq!(java_replacement("$1a", 1), "${1}a");
+        assert_eq!(java_replacement("$12", 1), "${1}2");
+        assert_eq!(java_replacement("$12", 12), "${12}");
+        assert_eq!(java_replacement("cost\\$1", 1), "cost$$1");
     }
 
     #[test]
