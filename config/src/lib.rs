@@ -34,7 +34,7 @@ pub use raw::{
     TimestampSource, Tombstones,
 };
 pub use replica::{
-    DbUrl, DeleteMode, DeletePolicy, IdentifierCase, KeylessMode, PkMode, ReplicaConfig,
+    DbUrl, DeleteMode, DeletePolicy, IdentifierCase, KeylessMode, NotNull, PkMode, ReplicaConfig,
     SchemaEvolution, TableMode, TableSettings, redact_url,
 };
 pub use secrets::{AWS_SECRETS_MANAGER, SecretRef};

@@ -170,6 +170,9 @@ pub struct ReplicaConfig {
     pub auto_create: bool,
     #[serde(default)]
     pub schema_evolution: SchemaEvolution,
+    /// Whether a column the source declares `NOT NULL` is made `NOT NULL` in the replica.
+    #[serde(default)]
+    pub not_null: NotNull,
     /// What to do with a table whose records have no key.
     #[serde(default)]
     pub keyless: KeylessMode,
@@ -287,6 +290,17 @@ pub enum SchemaEvolution {
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+pub enum NotNull {
+    /// As the source declares it (Debezium's schema: a field that is not optional), on the
+    /// columns lakesink creates and adds.
+    #[default]
+    Source,
+    /// Every column but the key's nullable, as the JDBC sinks' older releases made them.
+    Never,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum KeylessMode {
     /// Insert rows of keyless tables; their updates and deletes cannot be matched and are
     /// skipped with a warning.
@@ -351,6 +365,7 @@ impl ReplicaConfig {
             truncate_enabled: false,
             auto_create: true,
             schema_evolution: SchemaEvolution::default(),
+            not_null: NotNull::default(),
             keyless: KeylessMode::default(),
             offsets_schema: default_schema(),
             offsets_table: default_offsets_table(),

@@ -427,3 +427,99 @@ async fn evolve_widens_what_the_source_widened() {
     capture.stop(&src).await;
     crate::replica::support::exec(&src, &[format!("DROP TABLE public.{name}")]).await;
 }
+
+/// A source column's `NOT NULL` is the replica's too, on the columns it creates and on those it
+/// adds with a default; a `NOT NULL` column the source drops is kept, made nullable, so the
+/// rows after the drop go in.
+#[tokio::test]
+async fn not_null_follows_the_source_and_a_dropped_column_becomes_nullable() {
+    let name = lakesink_tests::unique("notnull");
+    let (src, capture, batches) = crate::replica::support::capture(
+        &name,
+        &[
+            format!(
+                "CREATE TABLE public.{name} (id int PRIMARY KEY, name text NOT NULL, note text, \
+                 qty integer NOT NULL DEFAULT 0)"
+            ),
+            format!("INSERT INTO public.{name} VALUES (1, 'one', NULL, 5)"),
+        ],
+        &[
+            format!("ALTER TABLE public.{name} ADD COLUMN code text NOT NULL DEFAULT 'x'"),
+            format!("INSERT INTO public.{name} VALUES (2, 'two', 'n', 6, 'y')"),
+            format!("ALTER TABLE public.{name} DROP COLUMN name"),
+            format!("INSERT INTO public.{name} (id, note, qty, code) VALUES (3, 'm', 7, 'z')"),
+        ],
+        3,
+        serde_json::json!({}),
+    )
+    .await;
+    assert_eq!(batches.len(), 3, "one batch per schema");
+    let (r, schema) = replicator(|_| {}).await;
+    let nullability = format!(
+        "SELECT column_name::text, is_nullable::text, column_default IS NOT NULL \
+         FROM information_schema.columns WHERE table_schema = '{schema}' AND table_name = '{name}' \
+         ORDER BY ordinal_position"
+    );
+    let cols = |v: &[(&str, &str, bool)]| -> Vec<(String, String, bool)> {
+        v.iter()
+            .map(|(c, n, d)| ((*c).to_owned(), (*n).to_owned(), *d))
+            .collect()
+    };
+    r.apply("notnull", &batches[..1])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let got: Vec<(String, String, bool)> = rows(&r, &nullability).await;
+    assert_eq!(
+        got,
+        cols(&[
+            ("id", "NO", false),
+            ("name", "NO", false),
+            ("note", "YES", false),
+            ("qty", "NO", true),
+        ])
+    );
+    r.apply("notnull", &batches[1..2])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let got: Vec<(String, String, bool)> = rows(&r, &nullability).await;
+    assert_eq!(
+        got[4],
+        ("code".to_owned(), "NO".to_owned(), true),
+        "{got:?}"
+    );
+    r.apply("notnull", &batches[2..])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let got: Vec<(String, String, bool)> = rows(&r, &nullability).await;
+    assert_eq!(
+        got[1],
+        ("name".to_owned(), "YES".to_owned(), false),
+        "{got:?}"
+    );
+    let held: Vec<(i32, Option<String>, String)> = rows(
+        &r,
+        &format!("SELECT id, name, code FROM \"{schema}\".{name} ORDER BY id"),
+    )
+    .await;
+    assert_eq!(
+        held,
+        [
+            (1, Some("one".to_owned()), "x".to_owned()),
+            (2, Some("two".to_owned()), "y".to_owned()),
+            (3, None, "z".to_owned())
+        ]
+    );
+
+    // `not-null = "never"`: nullable, as before.
+    let (loose, loose_schema) = replicator(|c| c.not_null = lakesink_config::NotNull::Never).await;
+    loose
+        .apply("notnull-never", &batches[..1])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let got: Vec<(String, String, bool)> =
+        rows(&loose, &nullability.replace(&schema, &loose_schema)).await;
+    assert!(got[1..].iter().all(|c| c.1 == "YES"), "{got:?}");
+
+    capture.stop(&src).await;
+    crate::replica::support::exec(&src, &[format!("DROP TABLE public.{name}")]).await;
+}

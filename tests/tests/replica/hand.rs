@@ -838,3 +838,37 @@ async fn an_unchanged_toast_value_of_a_row_not_held_is_counted_unknown() {
     .await;
     assert_eq!(notes, vec![(2, None), (3, Some("n3".into()))]);
 }
+
+/// An unchanged TOASTed value of a row the replica does not hold, in a column the table has
+/// `NOT NULL`: refused, never invented, with what to do.
+#[tokio::test]
+async fn an_unknown_value_for_a_not_null_column_is_refused_saying_what_to_do() {
+    let (r, schema) = replicator(|_| {}).await;
+    let topic = format!("{schema}.public.items");
+    for sql in [
+        format!("CREATE SCHEMA \"{schema}\""),
+        format!(
+            "CREATE TABLE \"{schema}\".items (id bigint PRIMARY KEY, name text, note text NOT NULL, amount numeric)"
+        ),
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(r.pool())
+            .await
+            .expect("setup");
+    }
+    let b = batch(
+        &topic,
+        0,
+        "items",
+        &[ev(0, "u", 1, "a", PLACEHOLDER)],
+        false,
+    );
+    let err = r.apply("g", &[b]).await.unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("not-null constraint"), "{msg}");
+    assert!(msg.contains("REPLICA IDENTITY FULL"), "{msg}");
+    assert!(
+        table(&r, &schema, "items").await.is_empty(),
+        "nothing written"
+    );
+}

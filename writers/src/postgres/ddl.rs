@@ -18,6 +18,9 @@ use super::types::{SourceType, adjusted_from};
 pub(crate) struct TableMeta {
     pub types: HashMap<String, String>,
     pub pk: Vec<String>,
+    /// Columns outside the key that are `NOT NULL` without a default: an insert must write
+    /// them.
+    pub needs_value: Vec<String>,
 }
 
 /// Reads the table from the catalog; `None` when it does not exist.
@@ -37,13 +40,15 @@ pub(crate) async fn load(
     let mut meta = TableMeta::default();
     let mut pk: Vec<(i32, String)> = Vec::new();
     for r in rows {
-        let get = || -> Result<(String, String, Option<i32>), sqlx::Error> {
-            Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?))
+        let get = || -> Result<(String, String, Option<i32>, bool), sqlx::Error> {
+            Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?))
         };
-        let (name, ty, pos) =
+        let (name, ty, pos, needs_value) =
             get().map_err(|e| ReplicaError::from_sqlx(e, Some(work.at.clone())))?;
-        if let Some(p) = pos {
-            pk.push((p, name.clone()));
+        match pos {
+            Some(p) => pk.push((p, name.clone())),
+            None if needs_value => meta.needs_value.push(name.clone()),
+            None => {}
         }
         meta.types.insert(name, ty);
     }
@@ -69,11 +74,15 @@ pub(crate) fn plan_ddl(
             .iter()
             .map(|k| format!("{} {} NOT NULL", quote(&k.name), k.ty.ddl))
             .collect();
-        defs.extend(
-            work.cols
-                .iter()
-                .map(|c| format!("{} {}{}", quote(&c.name), c.ty.ddl, default_clause(work, c))),
-        );
+        defs.extend(work.cols.iter().map(|c| {
+            let not_null = if c.required { " NOT NULL" } else { "" };
+            format!(
+                "{} {}{}{not_null}",
+                quote(&c.name),
+                c.ty.ddl,
+                default_clause(work, c)
+            )
+        }));
         defs.extend(soft_columns(work).map(|(name, ty, _)| format!("{} {ty}", quote(name))));
         if !work.pk.is_empty() {
             let keys: Vec<String> = work.pk.iter().map(|k| quote(&k.name)).collect();
@@ -88,6 +97,12 @@ pub(crate) fn plan_ddl(
                 .chain(soft_columns(work).map(|(n, _, ty)| (n.to_owned(), ty.to_owned())))
                 .collect(),
             pk: work.pk.iter().map(|k| k.name.clone()).collect(),
+            needs_value: work
+                .cols
+                .iter()
+                .filter(|c| c.required && !has_default(c))
+                .map(|c| c.name.clone())
+                .collect(),
         };
         return Ok((
             vec![
@@ -132,7 +147,16 @@ pub(crate) fn plan_ddl(
                 .is_some_and(|have| widens(have, &c.ty.ddl))
         })
         .collect();
-    if missing.is_empty() && soft_missing.is_empty() && widened.is_empty() {
+    // A column the table must be given a value for that no record of the call has: the source
+    // dropped it. Kept, and made nullable, so rows without it can be written.
+    let dropped: Vec<&String> = existing
+        .needs_value
+        .iter()
+        .filter(|_| !work.cols.is_empty() && evolution != SchemaEvolution::None)
+        .filter(|n| !work.cols.iter().any(|c| &c.name == *n))
+        .filter(|n| work.soft.as_ref().is_none_or(|s| !s.flag.eq(*n)))
+        .collect();
+    if missing.is_empty() && soft_missing.is_empty() && widened.is_empty() && dropped.is_empty() {
         return Ok((Vec::new(), existing.clone()));
     }
     if evolution == SchemaEvolution::None {
@@ -163,14 +187,38 @@ pub(crate) fn plan_ddl(
         .iter()
         .map(|c| {
             meta.types.insert(c.name.clone(), c.ty.ddl.clone());
+            let default = default_clause(work, c);
+            // The rows the table holds need a value: NOT NULL only with a default for them.
+            let not_null = match (c.required, default.is_empty()) {
+                (true, false) => " NOT NULL",
+                (true, true) => {
+                    tracing::warn!(
+                        table = %work.name,
+                        column = c.name,
+                        "the source column is NOT NULL without a default the replica can \
+                         take: added nullable, as the rows the replica holds have no value for it"
+                    );
+                    ""
+                }
+                (false, _) => "",
+            };
             format!(
-                "ADD COLUMN IF NOT EXISTS {} {}{}",
+                "ADD COLUMN IF NOT EXISTS {} {}{default}{not_null}",
                 quote(&c.name),
                 c.ty.ddl,
-                default_clause(work, c)
             )
         })
         .collect();
+    for name in dropped {
+        meta.needs_value.retain(|n| n != name);
+        tracing::warn!(
+            table = %work.name,
+            column = name,
+            "the records no longer have this NOT NULL column (dropped at the source?): it is \
+             kept, and made nullable"
+        );
+        adds.push(format!("ALTER COLUMN {} DROP NOT NULL", quote(name)));
+    }
     for (name, ddl, ty) in soft_missing {
         meta.types.insert(name.to_owned(), ty.to_owned());
         adds.push(format!("ADD COLUMN IF NOT EXISTS {} {ddl}", quote(name)));
@@ -245,6 +293,11 @@ fn soft_columns<'w>(
         .and_then(|s| s.at.as_deref())
         .map(|a| (a, "timestamptz", "timestamp with time zone"));
     flag.into_iter().chain(at)
+}
+
+/// Whether the column gets a default (one the replica can take).
+fn has_default(c: &ColumnDef) -> bool {
+    matches!(&c.default, ColumnDefault::Sql(v) if default_sql(v, &c.ty).is_ok())
 }
 
 /// ` DEFAULT <literal>` when the schema declares a default the replica can take; a WARN

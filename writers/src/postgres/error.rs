@@ -83,12 +83,21 @@ impl ReplicaError {
         let data = code
             .as_deref()
             .is_some_and(|c| c.starts_with("22") || c.starts_with("23"));
-        // 22003: numeric_value_out_of_range, what a source's widened column first brings.
-        let widen = if code.as_deref() == Some("22003") {
-            "; if the source widened the column, set replica.schema-evolution = \"evolve\" to \
-             widen it too, or widen it by hand (ALTER TABLE … ALTER COLUMN … TYPE …)"
-        } else {
-            ""
+        let widen = match code.as_deref() {
+            // numeric_value_out_of_range: what a source's widened column first brings.
+            Some("22003") => {
+                "; if the source widened the column, set replica.schema-evolution = \"evolve\" \
+                 to widen it too, or widen it by hand (ALTER TABLE … ALTER COLUMN … TYPE …)"
+            }
+            // not_null_violation: a value the record leaves unknown (an unchanged TOASTed value
+            // of a row the replica does not hold) in a column the source declares NOT NULL.
+            Some("23502") => {
+                "; the record leaves this NOT NULL column's value unknown (an unchanged \
+                 TOASTed value of a row the replica does not hold, say): set REPLICA IDENTITY \
+                 FULL at the source, or drop NOT NULL on the replica's column to take NULL \
+                 there (counted in lakesink_replica_values_unknown_total)"
+            }
+            _ => "",
         };
         match at {
             Some(at) if data => Self::BadData {

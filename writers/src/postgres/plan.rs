@@ -27,6 +27,8 @@ pub(crate) struct Rules {
     pub keyless: KeylessMode,
     /// How column names are spelt (table names: the template's).
     pub case: IdentifierCase,
+    /// Columns the source declares `NOT NULL` are made so.
+    pub not_null: bool,
     /// The per-table settings, for [`ReplicaConfig::delete_policy`].
     pub tables: ReplicaConfig,
     /// The rules of history tables ([`super::history`]): every row an insert keyed by its
@@ -44,6 +46,7 @@ impl Rules {
             truncate_enabled: config.truncate_enabled,
             keyless: config.keyless,
             case: config.identifier_case,
+            not_null: config.not_null == lakesink_config::NotNull::Source,
             tables: config.clone(),
             history: false,
         }
@@ -69,6 +72,8 @@ impl Rules {
             truncate_enabled: true,
             keyless: KeylessMode::Insert,
             case: config.identifier_case,
+            // A history row of a delete or a truncate has no values.
+            not_null: false,
             tables,
             history: true,
         }
@@ -113,6 +118,8 @@ pub(crate) struct ColumnDef {
     pub ty: ColumnType,
     /// The default the schema declares (value columns; keys have none).
     pub default: ColumnDefault,
+    /// A value column the source declares `NOT NULL` (with `not-null = "source"`).
+    pub required: bool,
 }
 
 /// A batch's encoders for one table: the key columns as found in the key record, the after
@@ -629,6 +636,7 @@ fn key_columns(rules: &Rules, v: &View<'_>) -> Result<Vec<ColumnDef>, String> {
                 name,
                 field: n,
                 default: ColumnDefault::None,
+                required: true,
             })
         })
         .collect()
@@ -665,6 +673,7 @@ fn batch_encs<'a>(
                     name,
                     field: f.name().clone(),
                     default: column_default(f, &ty),
+                    required: rules.not_null && !f.is_nullable(),
                     ty,
                 });
             }

@@ -1,7 +1,9 @@
--- The columns of a table with their types, and each key column's position in its primary key.
+-- The columns of a table with their types, each key column's position in its primary key, and
+-- whether an insert must give the column a value (NOT NULL without a default).
 SELECT a.attname::text AS name,
        format_type(a.atttypid, a.atttypmod) AS type,
-       array_position(i.indkey::int2[], a.attnum) AS pk_position
+       array_position(i.indkey::int2[], a.attnum) AS pk_position,
+       a.attnotnull AND NOT a.atthasdef AS needs_value
 FROM pg_attribute a
 JOIN pg_class c ON c.oid = a.attrelid
 JOIN pg_namespace n ON n.oid = c.relnamespace
