@@ -1,8 +1,8 @@
 //! The `[[columns]]` policies, applied to each decoded batch once, before any sink sees it: the
 //! raw layer and the replica hold the same columns. Fields of the key record and of the row
 //! images (`before` and `after`; a flattened record's `after`) are excluded, kept, renamed or
-//! replaced by their keyed hash, and fixed values and record metadata are added to the `after`
-//! image; the envelope's other columns are left alone.
+//! replaced by their keyed hash, and fixed values and record metadata are added to the row
+//! images; the envelope's other columns are left alone.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -126,7 +126,9 @@ impl Policy {
                 _ => (f.as_ref().clone(), c.clone()),
             };
             let (f, c) = match c.as_struct_opt() {
-                Some(s) if f.name() == "after" && self.adds() => self.add(&f, s, batch)?,
+                // Both images, so that they keep one type (a delete's before image is its
+                // row in the raw layer and the history).
+                Some(s) if image && self.adds() => self.add(&f, s, batch)?,
                 _ => (f, c),
             };
             fields.push(f);
@@ -201,7 +203,7 @@ impl Policy {
         !self.static_columns.is_empty() || !self.metadata.is_empty()
     }
 
-    /// The `after` image with the fixed values and the metadata added as columns.
+    /// A row image with the fixed values and the metadata added as columns.
     fn add(
         &self,
         field: &Field,
@@ -513,7 +515,7 @@ mod tests {
     }
 
     #[test]
-    fn fixed_values_and_metadata_are_added_to_the_after_image() {
+    fn fixed_values_and_metadata_are_added_to_the_row_images() {
         let c = policy(|p| {
             p.static_columns = [("region".to_owned(), "eu".to_owned())].into();
             p.metadata = [
@@ -537,7 +539,11 @@ mod tests {
                 "kafka_offset"
             ]
         );
-        assert_eq!(names(&b, "before"), ["id", "email", "ssn", "note"]);
+        assert_eq!(
+            names(&b, "before"),
+            names(&b, "after"),
+            "one type for both images"
+        );
         let after = b.rows.column_by_name("after").unwrap().as_struct();
         let offset = after.column_by_name("kafka_offset").unwrap();
         assert_eq!(offset.as_primitive::<Int64Type>().values(), &[0, 1]);

@@ -872,3 +872,51 @@ async fn an_unknown_value_for_a_not_null_column_is_refused_saying_what_to_do() {
         "nothing written"
     );
 }
+
+/// The same with the row held: the stored value stays, as the source's did.
+#[tokio::test]
+async fn a_held_rows_unchanged_value_in_a_not_null_column_stays() {
+    let (r, schema) = replicator(|_| {}).await;
+    let topic = format!("{schema}.public.items");
+    for sql in [
+        format!("CREATE SCHEMA \"{schema}\""),
+        format!(
+            "CREATE TABLE \"{schema}\".items (id bigint PRIMARY KEY, name text, note text NOT NULL, amount numeric)"
+        ),
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(r.pool())
+            .await
+            .expect("setup");
+    }
+    let b = batch(
+        &topic,
+        0,
+        "items",
+        &[ev(0, "c", 1, "a", "kept"), ev(1, "c", 2, "b", "n2")],
+        false,
+    );
+    r.apply("g", &[b]).await.expect("apply");
+    let b = batch(
+        &topic,
+        0,
+        "items",
+        &[ev(2, "u", 1, "a2", PLACEHOLDER)],
+        false,
+    );
+    r.apply("g", &[b])
+        .await
+        .expect("the stored value stands in");
+    let notes: Vec<(i64, Option<String>, String)> = rows(
+        &r,
+        &format!("SELECT id, name, note FROM \"{schema}\".items ORDER BY id"),
+    )
+    .await;
+    assert_eq!(
+        notes,
+        [
+            (1, Some("a2".to_owned()), "kept".to_owned()),
+            (2, Some("b".to_owned()), "n2".to_owned())
+        ]
+    );
+}

@@ -841,18 +841,42 @@ impl Apply<'_, '_> {
         keys: &[String],
     ) -> (String, String) {
         let table = &self.table;
-        let names = self.names_of(group);
-        let written = &names[self.work.pk.len()..];
+        let mut names = self.names_of(group);
+        let written: Vec<&str> = names[self.work.pk.len()..].to_vec();
         let mut casts: Vec<String> = columns_of(self.work, group).map(|c| self.cast(c)).collect();
         casts.extend(self.soft_casts());
+        // Columns left as stored that the table has NOT NULL without a default: PostgreSQL
+        // checks the row an upsert proposes before it finds the stored one, so the proposed
+        // row carries the stored value (NULL, and refused, only where no row is stored).
+        let strict: Vec<&str> = self
+            .work
+            .cols
+            .iter()
+            .zip(&group.kept)
+            .filter(|(c, kept)| **kept && self.meta.needs_value.contains(&c.name))
+            .map(|(c, _)| c.name.as_str())
+            .collect();
+        let mut from = format!("{stage} AS s");
+        if !strict.is_empty() && group.kind != Kind::Insert {
+            let on: Vec<String> = self
+                .work
+                .pk
+                .iter()
+                .map(|k| format!("o.{} = {}", quote(&k.name), self.cast(k)))
+                .collect();
+            from = format!("{from} LEFT JOIN {table} AS o ON {}", on.join(" AND "));
+            names.extend(&strict);
+            casts.extend(strict.iter().map(|c| format!("o.{}", quote(c))));
+        }
         let insert = format!(
-            "INSERT INTO {table} ({}) SELECT {} FROM {stage} AS s WHERE s.grp = {grp}",
+            "INSERT INTO {table} ({}) SELECT {} FROM {from} WHERE s.grp = {grp}",
             quoted_list(&names),
             casts.join(", "),
         );
         let upsert = if group.kind == Kind::Insert {
             insert.clone()
-        } else if written.is_empty() {
+        } else if written.is_empty() || self.work.history {
+            // A history row is never rewritten: its key is its record's coordinates.
             format!("{insert} ON CONFLICT ({}) DO NOTHING", keys.join(", "))
         } else {
             let set: Vec<String> = written
@@ -883,8 +907,8 @@ fn soft_truncate_sql(
     if let Some(at) = &soft.at {
         let ty = meta.types.get(at).map_or("timestamptz", String::as_str);
         let when = match mark.and_then(|m| m.0) {
-            // Whole microseconds from the epoch: exact, where a float would not be.
-            Some(us) => format!("(timestamptz 'epoch' + {us} * interval '1 microsecond')"),
+            // Whole microseconds from the epoch, read as an interval: exact at any date.
+            Some(us) => format!("(timestamptz 'epoch' + interval '{us} microseconds')"),
             None => "NULL::timestamptz".to_owned(),
         };
         set.push(format!("{} = {when}::{}", quote(at), unbounded(ty)));

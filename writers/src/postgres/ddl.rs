@@ -21,6 +21,8 @@ pub(crate) struct TableMeta {
     /// Columns outside the key that are `NOT NULL` without a default: an insert must write
     /// them.
     pub needs_value: Vec<String>,
+    /// Columns outside the key that are `NOT NULL` (identity and generated columns aside).
+    pub not_null: Vec<String>,
 }
 
 /// Reads the table from the catalog; `None` when it does not exist.
@@ -40,15 +42,27 @@ pub(crate) async fn load(
     let mut meta = TableMeta::default();
     let mut pk: Vec<(i32, String)> = Vec::new();
     for r in rows {
-        let get = || -> Result<(String, String, Option<i32>, bool), sqlx::Error> {
-            Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?))
+        let get = || -> Result<(String, String, Option<i32>, bool, bool), sqlx::Error> {
+            Ok((
+                r.try_get(0)?,
+                r.try_get(1)?,
+                r.try_get(2)?,
+                r.try_get(3)?,
+                r.try_get(4)?,
+            ))
         };
-        let (name, ty, pos, needs_value) =
+        let (name, ty, pos, not_null, needs_value) =
             get().map_err(|e| ReplicaError::from_sqlx(e, Some(work.at.clone())))?;
         match pos {
             Some(p) => pk.push((p, name.clone())),
-            None if needs_value => meta.needs_value.push(name.clone()),
-            None => {}
+            None => {
+                if not_null {
+                    meta.not_null.push(name.clone());
+                }
+                if needs_value {
+                    meta.needs_value.push(name.clone());
+                }
+            }
         }
         meta.types.insert(name, ty);
     }
@@ -103,6 +117,12 @@ pub(crate) fn plan_ddl(
                 .filter(|c| c.required && !has_default(c))
                 .map(|c| c.name.clone())
                 .collect(),
+            not_null: work
+                .cols
+                .iter()
+                .filter(|c| c.required)
+                .map(|c| c.name.clone())
+                .collect(),
         };
         return Ok((
             vec![
@@ -112,6 +132,15 @@ pub(crate) fn plan_ddl(
             meta,
         ));
     };
+    if let Some(soft) = &work.soft
+        && let Some(ty) = existing.types.get(&soft.flag)
+        && !(ty == "boolean" || ty == "text" || ty.starts_with("character"))
+    {
+        return Err(format!(
+            "the soft-delete column `{}` is {ty}: it must be boolean (or text, as a JDBC sink's __deleted is)",
+            soft.flag
+        ));
+    }
     let want: Vec<&str> = work.pk.iter().map(|k| k.name.as_str()).collect();
     if !want.is_empty() && existing.pk != want {
         return Err(format!(
@@ -147,15 +176,21 @@ pub(crate) fn plan_ddl(
                 .is_some_and(|have| widens(have, &c.ty.ddl))
         })
         .collect();
-    // A column the table must be given a value for that no record of the call has: the source
-    // dropped it. Kept, and made nullable, so rows without it can be written.
-    let dropped: Vec<&String> = existing
+    // Under `evolve`, nullability follows the source: a column the table must be given a value
+    // for that no record of the call has (the source dropped it) is kept and made nullable,
+    // so rows without it can be written; and so is one the source made nullable.
+    let evolve = evolution == SchemaEvolution::Evolve && !work.cols.is_empty();
+    let gone = existing
         .needs_value
         .iter()
-        .filter(|_| !work.cols.is_empty() && evolution != SchemaEvolution::None)
         .filter(|n| !work.cols.iter().any(|c| &c.name == *n))
-        .filter(|n| work.soft.as_ref().is_none_or(|s| !s.flag.eq(*n)))
-        .collect();
+        .filter(|n| work.soft.as_ref().is_none_or(|s| !s.flag.eq(*n)));
+    let loosened = existing
+        .not_null
+        .iter()
+        .filter(|_| work.follows_nulls)
+        .filter(|n| work.cols.iter().any(|c| &c.name == *n && !c.required));
+    let dropped: Vec<&String> = gone.chain(loosened).filter(|_| evolve).collect();
     if missing.is_empty() && soft_missing.is_empty() && widened.is_empty() && dropped.is_empty() {
         return Ok((Vec::new(), existing.clone()));
     }
@@ -190,7 +225,10 @@ pub(crate) fn plan_ddl(
             let default = default_clause(work, c);
             // The rows the table holds need a value: NOT NULL only with a default for them.
             let not_null = match (c.required, default.is_empty()) {
-                (true, false) => " NOT NULL",
+                (true, false) => {
+                    meta.not_null.push(c.name.clone());
+                    " NOT NULL"
+                }
                 (true, true) => {
                     tracing::warn!(
                         table = %work.name,
@@ -211,11 +249,12 @@ pub(crate) fn plan_ddl(
         .collect();
     for name in dropped {
         meta.needs_value.retain(|n| n != name);
+        meta.not_null.retain(|n| n != name);
         tracing::warn!(
             table = %work.name,
             column = name,
-            "the records no longer have this NOT NULL column (dropped at the source?): it is \
-             kept, and made nullable"
+            "the records no longer have this NOT NULL column, or no longer declare it NOT NULL \
+             (changed at the source): it is kept, and made nullable"
         );
         adds.push(format!("ALTER COLUMN {} DROP NOT NULL", quote(name)));
     }

@@ -109,6 +109,8 @@ pub(crate) enum Enc<'a> {
     /// Integers of any width, widened to the wire's.
     Int(&'a dyn Array, IntVals<'a>, Wire),
     F32(&'a arrow_array::Float32Array),
+    /// A `real` column the source widened to `double precision`: each value exactly.
+    F32Wide(&'a arrow_array::Float32Array),
     F64(&'a arrow_array::Float64Array),
     Utf8(&'a StringArray),
     Bin(&'a BinaryArray),
@@ -214,6 +216,7 @@ impl<'a> Enc<'a> {
             (Wire::Bool, _, DataType::Boolean) => Enc::Bool(a.as_boolean()),
             (Wire::Int2 | Wire::Int4 | Wire::Int8, _, _) => Enc::Int(a, ints(a)?, wire.clone()),
             (Wire::Float4, _, DataType::Float32) => Enc::F32(a.as_primitive()),
+            (Wire::Float8, _, DataType::Float32) => Enc::F32Wide(a.as_primitive()),
             (Wire::Float8, _, DataType::Float64) => Enc::F64(a.as_primitive()),
             (Wire::Numeric, Conv::Decimal, DataType::Decimal128(..) | DataType::Decimal256(..)) => {
                 Enc::Decimal(a)
@@ -239,11 +242,18 @@ impl<'a> Enc<'a> {
         })
     }
 
-    fn array(&self) -> &dyn Array {
+    /// The same values encoded as `ty` (a wider type of the same kind: an earlier batch of a
+    /// column a later one widened).
+    pub(crate) fn recast(&self, ty: &ColumnType) -> Result<Enc<'a>, String> {
+        let a = self.array();
+        Self::of(a, &ty.wire, &ty.conv).map_err(|()| mismatch(a, ty))
+    }
+
+    fn array(&self) -> &'a dyn Array {
         match self {
             Enc::Bool(a) => *a,
             Enc::Int(a, ..) | Enc::Decimal(a) | Enc::Micros(a, ..) => *a,
-            Enc::F32(a) => *a,
+            Enc::F32(a) | Enc::F32Wide(a) => *a,
             Enc::F64(a) => *a,
             Enc::Utf8(a) => *a,
             Enc::Bin(a) | Enc::Bits(a, _) => *a,
@@ -358,6 +368,7 @@ impl<'a> Enc<'a> {
                 }
             }
             Enc::F32(a) => out.extend_from_slice(&a.value(i).to_be_bytes()),
+            Enc::F32Wide(a) => out.extend_from_slice(&f64::from(a.value(i)).to_be_bytes()),
             Enc::F64(a) => out.extend_from_slice(&a.value(i).to_be_bytes()),
             Enc::Utf8(a) => {
                 let v = a.value(i).as_bytes();

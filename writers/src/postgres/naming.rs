@@ -51,7 +51,7 @@ pub(crate) fn check_ident(name: &str, what: &str) -> Result<(), String> {
 /// (`${1}`, `$$`), for a regex of `groups` groups: as in Java, the digits after `$` are one
 /// group number as long as it stays a group (`$12` with one group is group 1, then `2`); the
 /// regex crate would read `$1a` as a group named `1a`.
-fn java_replacement(java: &str, groups: usize) -> String {
+fn java_replacement(java: &str, groups: usize) -> Result<String, usize> {
     let mut out = String::new();
     let mut chars = java.chars().peekable();
     while let Some(c) = chars.next() {
@@ -72,6 +72,8 @@ fn java_replacement(java: &str, groups: usize) -> String {
                     chars.next();
                 }
                 match group {
+                    // Java refuses a group the regex lacks, at the first topic it renames.
+                    Some(g) if g > groups => return Err(g),
                     Some(g) => out.push_str(&format!("${{{g}}}")),
                     None => out.push_str("$$"),
                 }
@@ -79,7 +81,7 @@ fn java_replacement(java: &str, groups: usize) -> String {
             c => out.push(c),
         }
     }
-    out
+    Ok(out)
 }
 
 /// The values a template can refer to.
@@ -162,7 +164,10 @@ impl NameTemplate {
         let re = regex::Regex::new(&format!("^(?:{regex})$"))
             .map_err(|e| format!("replica.topic-regex: {e}"))?;
         let groups = re.captures_len() - 1;
-        self.route = Some((re, java_replacement(replacement, groups)));
+        let to = java_replacement(replacement, groups).map_err(|g| {
+            format!("replica.topic-replacement refers to group {g}, but topic-regex has {groups}")
+        })?;
+        self.route = Some((re, to));
         Ok(self)
     }
 
@@ -199,16 +204,15 @@ impl NameTemplate {
                 Part::Topic => {
                     let topic = match &self.route {
                         Some((re, to)) if re.is_match(src.topic) => {
-                            std::borrow::Cow::Owned(re.replace(src.topic, to.as_str()).into_owned())
+                            re.replace(src.topic, to.as_str())
                         }
                         _ => std::borrow::Cow::Borrowed(src.topic),
                     };
-                    let value = if self.dots_to_underscores {
-                        topic.replace('.', "_")
+                    if self.dots_to_underscores {
+                        out.push_str(&topic.replace('.', "_"));
                     } else {
-                        topic.into_owned()
-                    };
-                    out.push_str(&value);
+                        out.push_str(&topic);
+                    }
                     continue;
                 }
                 Part::SourceDb => (src.db, "source.db"),
@@ -223,13 +227,23 @@ impl NameTemplate {
                 out.push_str(value);
             }
         }
-        let default_schema = self.case.apply(&self.default_schema);
-        let out = self.case.apply(&out);
+        let lower = self.case == IdentifierCase::Lower;
+        let out = if lower { out.to_ascii_lowercase() } else { out };
+        let default_schema = if lower {
+            std::borrow::Cow::Owned(self.default_schema.to_ascii_lowercase())
+        } else {
+            std::borrow::Cow::Borrowed(self.default_schema.as_str())
+        };
         let pieces: Vec<&str> = out.split('.').collect();
         let (schema, table) = match pieces.as_slice() {
-            [t] => (default_schema.as_str(), *t),
+            [t] => (&*default_schema, *t),
             [s, t] => (*s, *t),
-            [d, s, t] if *d == self.database => (*s, *t),
+            // Lowered names: the database's name folded alike.
+            [d, s, t]
+                if *d == self.database || (lower && d.eq_ignore_ascii_case(&self.database)) =>
+            {
+                (*s, *t)
+            }
             [d, _, _] => {
                 return Err(format!(
                     "table name `{out}` names database `{d}`, but the replica is `{}`; PostgreSQL cannot write across databases",
@@ -311,10 +325,11 @@ mod tests {
                 .with_route("(", "")
                 .is_err()
         );
-        assert_eq!(java_replacement("$1a", 1), "${1}a");
-        assert_eq!(java_replacement("$12", 1), "${1}2");
-        assert_eq!(java_replacement("$12", 12), "${12}");
-        assert_eq!(java_replacement("cost\\$1", 1), "cost$$1");
+        assert_eq!(java_replacement("$1a", 1).unwrap(), "${1}a");
+        assert_eq!(java_replacement("$12", 1).unwrap(), "${1}2");
+        assert_eq!(java_replacement("$12", 12).unwrap(), "${12}");
+        assert_eq!(java_replacement("cost\\$1", 1).unwrap(), "cost$$1");
+        assert_eq!(java_replacement("$2", 1), Err(2));
     }
 
     #[test]

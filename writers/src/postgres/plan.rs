@@ -152,11 +152,32 @@ pub(crate) struct TableWork<'a> {
     pub soft: Option<Soft>,
     /// The table keeps only a history (`mode = "history"`): its rows are not applied here.
     pub skip: bool,
+    /// A history table: rows are inserted once, never rewritten.
+    pub history: bool,
+    /// Nullability follows the source's (`not-null = "source"`).
+    pub follows_nulls: bool,
     /// By batch index; looked up per row and column, hence the fast hash.
     pub encs: HashMap<u32, BatchEncs<'a>, foldhash::fast::RandomState>,
 }
 
 impl TableWork<'_> {
+    fn new(at: At, name: TableName, pk: Vec<ColumnDef>, soft: Option<Soft>, rules: &Rules) -> Self {
+        Self {
+            at,
+            name,
+            pk,
+            cols: Vec::new(),
+            collapser: Collapser::new(soft.is_some()),
+            inserts: Vec::new(),
+            insert_marks: Vec::new(),
+            soft,
+            skip: false,
+            history: rules.history,
+            follows_nulls: rules.not_null,
+            encs: HashMap::default(),
+        }
+    }
+
     pub(crate) fn keyless(&self) -> bool {
         self.pk.is_empty()
     }
@@ -545,9 +566,24 @@ fn table_index<'a>(
     // A truncate has no key even for keyed tables: a table first seen by one learns its key
     // from the next batch.
     if let Some(i) = known
-        && (truncate || !tables[i].pk.is_empty() || !tables[i].encs.is_empty())
+        && (truncate || tables[i].skip || !tables[i].pk.is_empty() || !tables[i].encs.is_empty())
     {
         return Ok(i);
+    }
+    let key = format!("{}.{}", name.schema, name.table);
+    // A table with only a history has no mirror to key or check here.
+    if !rules.history && !rules.tables.table_mode(&key).mirror() {
+        index.insert(name.clone(), tables.len());
+        tables.push(TableWork::new(
+            v.at(offset, Some(&name)),
+            name,
+            Vec::new(),
+            None,
+            rules,
+        ));
+        let last = tables.len() - 1;
+        tables[last].skip = true;
+        return Ok(last);
     }
     let pk = key_columns(rules, v).map_err(|r| bad(r, Some(&name)))?;
     if pk.is_empty() && rules.keyless == KeylessMode::Error && !truncate {
@@ -566,21 +602,14 @@ fn table_index<'a>(
         tables[i].pk = pk;
         return Ok(i);
     }
-    let key = format!("{}.{}", name.schema, name.table);
-    let skip = !rules.history && !rules.tables.table_mode(&key).mirror();
     index.insert(name.clone(), tables.len());
-    tables.push(TableWork {
-        at: v.at(offset, Some(&name)),
+    tables.push(TableWork::new(
+        v.at(offset, Some(&name)),
         name,
         pk,
-        cols: Vec::new(),
-        collapser: Collapser::new(soft.is_some()),
-        inserts: Vec::new(),
-        insert_marks: Vec::new(),
-        skip,
         soft,
-        encs: HashMap::default(),
-    });
+        rules,
+    ));
     Ok(tables.len() - 1)
 }
 
@@ -655,7 +684,22 @@ fn batch_encs<'a>(
                 continue;
             }
             by_name.insert(f.name(), after.column(i));
-            if !work.cols.iter().any(|c| &c.field == f.name()) {
+            if let Some(c) = work.cols.iter().position(|c| &c.field == f.name()) {
+                // A later batch of the call with the column's type widened (the source's
+                // ALTER between them): the column takes the wider type, and the batches
+                // before re-encode to it.
+                let ty = column_type(f, v.postgres)?;
+                if super::ddl::widens(&work.cols[c].ty.ddl, &ty.ddl) {
+                    for e in work.encs.values_mut() {
+                        if let Some(Some(enc)) = e.vals.get(c) {
+                            e.vals[c] = Some(enc.recast(&ty)?);
+                        }
+                    }
+                    work.cols[c].ty = ty;
+                }
+                continue;
+            }
+            {
                 let name = rules.case.apply(&column_name(f));
                 check_ident(&name, "column")?;
                 if let Some(soft) = work.soft.as_ref().filter(|s| s.holds(&name)) {

@@ -1,9 +1,12 @@
--- The columns of a table with their types, each key column's position in its primary key, and
--- whether an insert must give the column a value (NOT NULL without a default).
+-- The columns of a table with their types, each key column's position in its primary key,
+-- whether it is NOT NULL (identity and generated columns aside, which fill themselves), and
+-- whether an insert must then give it a value (no default).
 SELECT a.attname::text AS name,
        format_type(a.atttypid, a.atttypmod) AS type,
        array_position(i.indkey::int2[], a.attnum) AS pk_position,
-       a.attnotnull AND NOT a.atthasdef AS needs_value
+       a.attnotnull AND a.attidentity = '' AND a.attgenerated = '' AS not_null,
+       a.attnotnull AND a.attidentity = '' AND a.attgenerated = '' AND NOT a.atthasdef
+           AS needs_value
 FROM pg_attribute a
 JOIN pg_class c ON c.oid = a.attrelid
 JOIN pg_namespace n ON n.oid = c.relnamespace
