@@ -839,10 +839,8 @@ async fn an_unchanged_toast_value_of_a_row_not_held_is_counted_unknown() {
     assert_eq!(notes, vec![(2, None), (3, Some("n3".into()))]);
 }
 
-/// An unchanged TOASTed value of a row the replica does not hold, in a column the table has
-/// `NOT NULL`: refused, never invented, with what to do.
-#[tokio::test]
-async fn an_unknown_value_for_a_not_null_column_is_refused_saying_what_to_do() {
+/// A replicator and its hand-made `items` table, whose `note` is `NOT NULL`; the topic.
+async fn strict_items() -> (PgReplicator, String, String) {
     let (r, schema) = replicator(|_| {}).await;
     let topic = format!("{schema}.public.items");
     for sql in [
@@ -856,6 +854,14 @@ async fn an_unknown_value_for_a_not_null_column_is_refused_saying_what_to_do() {
             .await
             .expect("setup");
     }
+    (r, schema, topic)
+}
+
+/// An unchanged TOASTed value of a row the replica does not hold, in a column the table has
+/// `NOT NULL`: refused, never invented, with what to do.
+#[tokio::test]
+async fn an_unknown_value_for_a_not_null_column_is_refused_saying_what_to_do() {
+    let (r, schema, topic) = strict_items().await;
     let b = batch(
         &topic,
         0,
@@ -876,19 +882,7 @@ async fn an_unknown_value_for_a_not_null_column_is_refused_saying_what_to_do() {
 /// The same with the row held: the stored value stays, as the source's did.
 #[tokio::test]
 async fn a_held_rows_unchanged_value_in_a_not_null_column_stays() {
-    let (r, schema) = replicator(|_| {}).await;
-    let topic = format!("{schema}.public.items");
-    for sql in [
-        format!("CREATE SCHEMA \"{schema}\""),
-        format!(
-            "CREATE TABLE \"{schema}\".items (id bigint PRIMARY KEY, name text, note text NOT NULL, amount numeric)"
-        ),
-    ] {
-        sqlx::query(sqlx::AssertSqlSafe(sql))
-            .execute(r.pool())
-            .await
-            .expect("setup");
-    }
+    let (r, schema, topic) = strict_items().await;
     let b = batch(
         &topic,
         0,

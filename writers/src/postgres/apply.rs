@@ -750,21 +750,24 @@ impl Apply<'_, '_> {
         )
     }
 
-    /// Deletes the staged deletes' keys; with soft deletes, marks their rows deleted (as of
-    /// the earlier delete, for a row marked already).
-    async fn delete(&self, conn: &mut PgConnection, stage: &str) -> Result<(), ReplicaError> {
-        let table = &self.table;
+    /// `alias`'s key columns equal to the staged key (`s`), for a join.
+    fn key_match(&self, alias: &str) -> String {
         let on: Vec<String> = self
             .work
             .pk
             .iter()
-            .map(|k| format!("t.{} = {}", quote(&k.name), self.cast(k)))
+            .map(|k| format!("{alias}.{} = {}", quote(&k.name), self.cast(k)))
             .collect();
+        on.join(" AND ")
+    }
+
+    /// Deletes the staged deletes' keys; with soft deletes, marks their rows deleted (as of
+    /// the earlier delete, for a row marked already).
+    async fn delete(&self, conn: &mut PgConnection, stage: &str) -> Result<(), ReplicaError> {
+        let table = &self.table;
+        let on = self.key_match("t");
         let sql = match &self.work.soft {
-            None => format!(
-                "DELETE FROM {table} AS t USING {stage} AS s WHERE s.grp = 0 AND {}",
-                on.join(" AND ")
-            ),
+            None => format!("DELETE FROM {table} AS t USING {stage} AS s WHERE s.grp = 0 AND {on}"),
             Some(soft) => {
                 let casts = self.soft_casts();
                 let flag = quote(&soft.flag);
@@ -776,9 +779,8 @@ impl Apply<'_, '_> {
                     ));
                 }
                 format!(
-                    "UPDATE {table} AS t SET {} FROM {stage} AS s WHERE s.grp = 0 AND {}",
-                    set.join(", "),
-                    on.join(" AND ")
+                    "UPDATE {table} AS t SET {} FROM {stage} AS s WHERE s.grp = 0 AND {on}",
+                    set.join(", ")
                 )
             }
         };
@@ -858,13 +860,7 @@ impl Apply<'_, '_> {
             .collect();
         let mut from = format!("{stage} AS s");
         if !strict.is_empty() && group.kind != Kind::Insert {
-            let on: Vec<String> = self
-                .work
-                .pk
-                .iter()
-                .map(|k| format!("o.{} = {}", quote(&k.name), self.cast(k)))
-                .collect();
-            from = format!("{from} LEFT JOIN {table} AS o ON {}", on.join(" AND "));
+            from = format!("{from} LEFT JOIN {table} AS o ON {}", self.key_match("o"));
             names.extend(&strict);
             casts.extend(strict.iter().map(|c| format!("o.{}", quote(c))));
         }
