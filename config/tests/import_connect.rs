@@ -516,3 +516,19 @@ fn replace_field_and_insert_field_transforms_become_column_policies() {
         "{err}"
     );
 }
+
+#[test]
+fn a_field_transform_before_the_unwrap_smt_is_not_carried() {
+    let mut input = fixture("debezium-jdbc-sink-rewrite.json");
+    input.text = input.text.replace(
+        "\"transforms\": \"unwrap\",",
+        "\"transforms\": \"drop,unwrap\", \"transforms.drop.type\": \"org.apache.kafka.connect.transforms.ReplaceField$Value\", \"transforms.drop.exclude\": \"source\",",
+    );
+    let i = import(&[input], &Options::default()).expect("import");
+    let c = load(&i, &[("LAKESINK_REPLICA_PASSWORD", "pg")]);
+    assert!(c.columns.is_empty(), "{}", i.toml);
+    assert_eq!(
+        dropped(&i),
+        ["debezium-jdbc-sink-rewrite.json: transforms.drop.*"]
+    );
+}

@@ -36,11 +36,34 @@ pub(super) fn transforms(cfg: &mut Cfg<'_>, part: &mut Connector) -> Option<(Unw
     let kind = part.kind;
     let columns = &mut part.columns;
     let list = cfg.take("transforms").map(|t| split_list(&t))?;
+    // Field transforms before the unwrap SMT see the envelope's fields (`before`, `source`),
+    // not the row's columns: they are not carried.
+    let unwrap_at = list.iter().position(|a| {
+        cfg.map
+            .get(&format!("transforms.{a}.type"))
+            .map(String::as_str)
+            == Some(UNWRAP)
+    });
     let mut unwrap = None;
-    for alias in list {
+    for (at, alias) in list.into_iter().enumerate() {
         let prefix = format!("transforms.{alias}.");
         let ty = cfg.take(&format!("{prefix}type")).unwrap_or_default();
-        let predicate = cfg.map.contains_key(&format!("{prefix}predicate"));
+        let envelope_level = unwrap_at.is_some_and(|u| at < u);
+        // Mapped only as they apply to every record's row.
+        let predicate = cfg.map.contains_key(&format!("{prefix}predicate")) || envelope_level;
+        if envelope_level && (ty == REPLACE_FIELD || ty == INSERT_FIELD) {
+            cfg.list_dropped(
+                format!("{prefix}*"),
+                format!(
+                    "{}: before the unwrap SMT it names the envelope's fields, not the row's columns; write the [[columns]] policy by hand",
+                    last_segment(&ty)
+                ),
+            );
+            for k in cfg.keys_with_prefix(&prefix) {
+                cfg.map.remove(&k);
+            }
+            continue;
+        }
         if ty == REPLACE_FIELD && !predicate {
             if let Some(policy) = replace_field(cfg, &prefix) {
                 columns.push(policy);
