@@ -120,6 +120,9 @@ pub(crate) struct ColumnDef {
     pub default: ColumnDefault,
     /// A value column the source declares `NOT NULL` (with `not-null = "source"`).
     pub required: bool,
+    /// The Arrow type its values came as (value columns), so that a batch with another one is
+    /// looked at for widening and the others cost nothing.
+    pub seen_as: Option<arrow_schema::DataType>,
 }
 
 /// A batch's encoders for one table: the key columns as found in the key record, the after
@@ -666,6 +669,7 @@ fn key_columns(rules: &Rules, v: &View<'_>) -> Result<Vec<ColumnDef>, String> {
                 field: n,
                 default: ColumnDefault::None,
                 required: true,
+                seen_as: None,
             })
         })
         .collect()
@@ -688,6 +692,9 @@ fn batch_encs<'a>(
                 // A later batch of the call with the column's type widened (the source's
                 // ALTER between them): the column takes the wider type, and the batches
                 // before re-encode to it.
+                if work.cols[c].seen_as.as_ref() == Some(f.data_type()) {
+                    continue;
+                }
                 let ty = column_type(f, v.postgres)?;
                 if super::ddl::widens(&work.cols[c].ty.ddl, &ty.ddl) {
                     for e in work.encs.values_mut() {
@@ -696,6 +703,7 @@ fn batch_encs<'a>(
                         }
                     }
                     work.cols[c].ty = ty;
+                    work.cols[c].seen_as = Some(f.data_type().clone());
                 }
                 continue;
             }
@@ -718,6 +726,7 @@ fn batch_encs<'a>(
                     field: f.name().clone(),
                     default: column_default(f, &ty),
                     required: rules.not_null && !f.is_nullable(),
+                    seen_as: Some(f.data_type().clone()),
                     ty,
                 });
             }
