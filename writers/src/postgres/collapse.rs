@@ -193,9 +193,7 @@ impl Collapser {
             }
         } else {
             // A row deleted since (softly: still an entry) has nothing to keep.
-            let prev = found
-                .filter(|i| self.marks.get(*i).is_none_or(Option::is_none))
-                .map(|i| &self.entries[i].1);
+            let prev = found.filter(|i| self.live(*i)).map(|i| &self.entries[i].1);
             let cols = (0..ncols)
                 .map(|c| {
                     if untouched.contains(&c) {
@@ -236,8 +234,7 @@ impl Collapser {
             let prev = found.map(|i| self.entries[i].1.clone());
             let prev = prev.filter(|p| !matches!(p, Net::Delete(_)));
             // A softly deleted row in the run has no value to hand on.
-            let prev = prev
-                .filter(|_| found.is_none_or(|i| self.marks.get(i).is_none_or(Option::is_none)));
+            let prev = prev.filter(|_| found.is_none_or(|i| self.live(i)));
             self.deleted.insert(m, (key.clone(), prev));
         }
         match found {
@@ -252,6 +249,11 @@ impl Collapser {
                 }
             }
         }
+    }
+
+    /// Whether entry `i` is not marked deleted (always, with hard deletes).
+    fn live(&self, i: usize) -> bool {
+        self.marks.get(i).is_none_or(Option::is_none)
     }
 
     /// The key's hash, and its entry if it has one.
