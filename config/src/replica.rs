@@ -98,7 +98,8 @@ pub fn redact_url(url: &str) -> String {
 /// Defaults: `table-name-format = "${topic}"` with `dots-to-underscores = true` (the Debezium
 /// JDBC sink's convention), `default-schema = "public"`, `identifier-case = "preserve"`, `pk-mode = "record-key"`,
 /// `delete-enabled = true`, `delete-mode = "hard"` (soft: `deleted-column = "__deleted"`,
-/// `deleted-at-column = "__deleted_at"`), `truncate-enabled = false`, `auto-create = true`,
+/// `deleted-at-column = "__deleted_at"`), `stale-guard = false` (`position-column =
+/// "__source_position"`), `truncate-enabled = false`, `auto-create = true`,
 /// `schema-evolution = "basic"`, `keyless = "insert"`, `offsets-table = "lakesink_offsets"`
 /// in `offsets-schema = "public"`, `batch-max-rows = 50000`, `batch-max-bytes = 64 MiB`,
 /// `pool-size = 4`.
@@ -158,6 +159,14 @@ pub struct ReplicaConfig {
     /// for none.
     #[serde(default = "default_deleted_at_column")]
     pub deleted_at_column: String,
+    /// The stale-event guard: each row keeps where its last change is in the source's log
+    /// (`position-column`), and an event from earlier in the log than what a row holds does
+    /// not overwrite or delete it.
+    #[serde(default)]
+    pub stale_guard: bool,
+    /// The stale-event guard's column: `text COLLATE "C"`, ordered as the source's log.
+    #[serde(default = "default_position_column")]
+    pub position_column: String,
     /// Per table (`schema.table`, as the name template makes it): settings that differ from
     /// the ones above.
     #[serde(default)]
@@ -262,6 +271,8 @@ pub struct TableSettings {
     pub delete_mode: Option<DeleteMode>,
     pub deleted_column: Option<String>,
     pub deleted_at_column: Option<String>,
+    pub stale_guard: Option<bool>,
+    pub position_column: Option<String>,
 }
 
 /// A table's delete policy, its settings resolved against the defaults.
@@ -328,6 +339,9 @@ fn default_deleted_column() -> String {
 fn default_deleted_at_column() -> String {
     "__deleted_at".to_owned()
 }
+fn default_position_column() -> String {
+    "__source_position".to_owned()
+}
 fn default_offsets_table() -> String {
     "lakesink_offsets".to_owned()
 }
@@ -361,6 +375,8 @@ impl ReplicaConfig {
             delete_mode: DeleteMode::default(),
             deleted_column: default_deleted_column(),
             deleted_at_column: default_deleted_at_column(),
+            stale_guard: false,
+            position_column: default_position_column(),
             tables: BTreeMap::new(),
             truncate_enabled: false,
             auto_create: true,
@@ -408,6 +424,18 @@ impl ReplicaConfig {
                 }
             }
         }
+    }
+
+    /// The stale-event guard's column of `table` (`schema.table`); `None` when it has no
+    /// guard.
+    pub fn guard_column(&self, table: &str) -> Option<String> {
+        let own = self.tables.get(table);
+        own.and_then(|t| t.stale_guard)
+            .unwrap_or(self.stale_guard)
+            .then(|| {
+                own.and_then(|t| t.position_column.clone())
+                    .unwrap_or_else(|| self.position_column.clone())
+            })
     }
 
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
@@ -486,8 +514,33 @@ impl ReplicaConfig {
         }
         let tables = std::iter::once(None).chain(self.tables.keys().map(Some));
         for table in tables {
-            let DeletePolicy::Soft { flag, at } = self.delete_policy(table.map_or("", |t| t))
-            else {
+            let name = table.map_or("", |t| t);
+            let policy = self.delete_policy(name);
+            if let Some(position) = self.guard_column(name) {
+                let (field, whose) = match table {
+                    Some(t) => ("replica.tables", format!("\"{t}\": ")),
+                    None => ("replica.position-column", String::new()),
+                };
+                if position.is_empty() || position.len() > 63 {
+                    return invalid(
+                        field,
+                        format!(
+                            "{whose}position-column must be 1 to 63 bytes (a PostgreSQL identifier)"
+                        ),
+                    );
+                }
+                if let DeletePolicy::Soft { flag, at } = &policy
+                    && (flag == &position || at.as_ref() == Some(&position))
+                {
+                    return invalid(
+                        field,
+                        format!(
+                            "{whose}position-column is `{position}`, the same as a soft-delete column"
+                        ),
+                    );
+                }
+            }
+            let DeletePolicy::Soft { flag, at } = policy else {
                 continue;
             };
             let (field, whose) = match table {
@@ -621,6 +674,42 @@ deleted-at-column = "gone_at"
         );
         let hard = ReplicaConfig::new("postgres://h/db");
         assert_eq!(hard.delete_policy("public.t"), DeletePolicy::Hard);
+    }
+
+    #[test]
+    fn the_stale_guard_per_table_falls_back_to_the_defaults() {
+        let c = parse(
+            r#"url = "postgres://u@h/db"
+stale-guard = true
+[replica.tables."public.orders"]
+stale-guard = false
+[replica.tables."crm.people"]
+position-column = "src_pos"
+"#,
+        )
+        .expect("valid");
+        let r = c.replica.expect("replica");
+        assert_eq!(r.guard_column("public.orders"), None);
+        assert_eq!(r.guard_column("crm.people").as_deref(), Some("src_pos"));
+        assert_eq!(
+            r.guard_column("public.other").as_deref(),
+            Some("__source_position")
+        );
+        assert_eq!(
+            ReplicaConfig::new("postgres://h/db").guard_column("a.b"),
+            None
+        );
+        let err = parse(
+            "url = \"postgres://h\"\nstale-guard = true\ndelete-mode = \"soft\"\nposition-column = \"__deleted\"\n",
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("same as a soft-delete column"),
+            "{err}"
+        );
+        let err = parse("url = \"postgres://h\"\nstale-guard = true\nposition-column = \"\"\n")
+            .unwrap_err();
+        assert!(err.to_string().contains("1 to 63 bytes"), "{err}");
     }
 
     #[test]

@@ -503,16 +503,20 @@ fn table_settings(replica: &ReplicaConfig, topics: &[String]) -> Option<(Status,
     use lakesink_config::{DeleteMode, DeletePolicy, TableMode};
     if replica.delete_mode == DeleteMode::Hard
         && replica.mode == TableMode::Mirror
+        && !replica.stale_guard
         && replica.tables.is_empty()
     {
         return None;
     }
     let describe = |t: &str| {
-        let deletes = match replica.delete_policy(t) {
+        let mut deletes = match replica.delete_policy(t) {
             DeletePolicy::Hard => "hard deletes".to_owned(),
             DeletePolicy::Soft { flag, at: Some(at) } => format!("soft deletes ({flag}, {at})"),
             DeletePolicy::Soft { flag, at: None } => format!("soft deletes ({flag})"),
         };
+        if let Some(position) = replica.guard_column(t) {
+            deletes.push_str(&format!(", stale-event guard ({position})"));
+        }
         let history = format!("history in {t}{}", replica.history_suffix);
         match replica.table_mode(t) {
             TableMode::Mirror => format!("{t}: {deletes}"),
@@ -520,11 +524,14 @@ fn table_settings(replica: &ReplicaConfig, topics: &[String]) -> Option<(Status,
             TableMode::Both => format!("{t}: {deletes}, {history}"),
         }
     };
-    let default = match (replica.mode, replica.delete_mode) {
+    let mut default = match (replica.mode, replica.delete_mode) {
         (TableMode::History, _) => "history only".to_owned(),
         (mode, DeleteMode::Hard) => format!("{mode:?} with hard deletes").to_lowercase(),
         (mode, DeleteMode::Soft) => format!("{mode:?} with soft deletes").to_lowercase(),
     };
+    if replica.stale_guard && replica.mode != TableMode::History {
+        default.push_str(" and the stale-event guard");
+    }
     // The tables the topics go to, where the template names them without the records.
     let regex = topics.iter().any(|t| t.starts_with('^'));
     let known: Option<Vec<String>> = topics
@@ -700,6 +707,15 @@ mod tests {
             "{text}"
         );
         r.mode = lakesink_config::TableMode::Mirror;
+        r.stale_guard = true;
+        let (_, text) = table_settings(&r, &topics).expect("a line");
+        assert!(
+            text.contains(
+                "public.demo_public_items: hard deletes, stale-event guard (__source_position)"
+            ),
+            "{text}"
+        );
+        r.stale_guard = false;
         r.tables.insert("public.demo_public_item".into(), soft);
         let (status, text) = table_settings(&r, &topics).expect("a line");
         assert_eq!(status, Status::Fail, "{text}");

@@ -138,6 +138,8 @@ pub struct Committed<'a> {
     /// Values rounded to the column's precision, and unknown values kept, per column.
     pub rounded: Vec<crate::Rounded>,
     pub unknown: Vec<crate::Rounded>,
+    /// Changes the stale-event guard left out, per table (and its guard column).
+    pub stale: Vec<crate::Rounded>,
     /// Bytes of COPY data the transaction sent (the rows, in PostgreSQL's binary format).
     pub bytes: u64,
 }

@@ -40,6 +40,7 @@ impl Meter for Telemetry {
         for (counts, family) in [
             (&c.rounded, &m.replica_values_rounded),
             (&c.unknown, &m.replica_values_unknown),
+            (&c.stale, &m.replica_stale_skipped),
         ] {
             for r in counts {
                 family

@@ -112,6 +112,8 @@ pub(crate) struct Metrics {
     pub(crate) replica_values_rounded: Family<TableColumnLabels, Counter>,
     /// Replica: values written NULL because it could not know them, by table and column.
     pub(crate) replica_values_unknown: Family<TableColumnLabels, Counter>,
+    /// Replica: changes the stale-event guard left out, by table (and its guard column).
+    pub(crate) replica_stale_skipped: Family<TableColumnLabels, Counter>,
 }
 
 impl Metrics {
@@ -261,6 +263,13 @@ impl Metrics {
              unchanged TOASTed column whose old row the replica did not hold",
             replica_values_unknown.clone(),
         );
+        let replica_stale_skipped = Family::<TableColumnLabels, Counter>::default();
+        registry.register(
+            "replica_stale_skipped",
+            "Changes the replica's stale-event guard left out: the row held a change from later \
+             in the source's log (a replay, a re-snapshot, a key moved across partitions)",
+            replica_stale_skipped.clone(),
+        );
         // Present at zero from the start, so a rate() or an alert has a series to read.
         for component in COMPONENTS {
             drop(retries.get_or_create(&ComponentLabels { component }));
@@ -293,6 +302,7 @@ impl Metrics {
             raw_rewinds,
             replica_values_rounded,
             replica_values_unknown,
+            replica_stale_skipped,
         }
     }
 

@@ -16,5 +16,6 @@ mod postgis;
 mod schemaless;
 mod soft_deletes;
 mod sqlserver_db2;
+mod stale;
 mod support;
 mod types;

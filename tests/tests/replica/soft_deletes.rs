@@ -2,34 +2,12 @@
 //! deleted them; a re-insert revives a row; a truncate marks what it removed. Applied record
 //! by record and all in one call, the replicas are equal.
 
-use arrow_array::cast::AsArray;
 use lakesink_config::DeleteMode;
-use lakesink_schema_registry::{ChangeBatch, Format, IdKind};
+use lakesink_schema_registry::{Format, IdKind};
 use lakesink_tests::debezium::decode_all;
 use lakesink_tests::{Stack, unique};
 
-use crate::replica::support::{Capture, exec, replicator, rows, source_pool};
-
-/// Each record of `batches` as a batch of its own.
-fn record_by_record(batches: &[ChangeBatch]) -> Vec<ChangeBatch> {
-    let mut out = Vec::new();
-    for b in batches {
-        let offsets = b
-            .rows
-            .column_by_name("__offset")
-            .expect("__offset")
-            .as_primitive::<arrow_array::types::Int64Type>()
-            .clone();
-        for i in 0..b.rows.num_rows() {
-            let mut one = b.clone();
-            one.rows = b.rows.slice(i, 1);
-            one.first_offset = offsets.value(i);
-            one.last_offset = offsets.value(i);
-            out.push(one);
-        }
-    }
-    out
-}
+use crate::replica::support::{Capture, exec, record_by_record, replicator, rows, source_pool};
 
 /// id, v, the flag, and the delete time in µs since the epoch.
 type Row = (i32, Option<String>, bool, Option<i64>);

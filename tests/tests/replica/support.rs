@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use arrow_array::cast::AsArray;
 use lakesink_config::ReplicaConfig;
 use lakesink_schema_registry::ChangeBatch;
 use lakesink_tests::debezium::{
@@ -56,6 +57,27 @@ pub(crate) async fn apply_each_then_replay(r: &PgReplicator, group: &str, batche
             .unwrap_or_else(|e| panic!("{e}"));
     }
     r.apply(group, batches).await.expect("replay");
+}
+
+/// Each record of `batches` as a batch of its own.
+pub(crate) fn record_by_record(batches: &[ChangeBatch]) -> Vec<ChangeBatch> {
+    let mut out = Vec::new();
+    for b in batches {
+        let offsets = b
+            .rows
+            .column_by_name("__offset")
+            .expect("__offset")
+            .as_primitive::<arrow_array::types::Int64Type>()
+            .clone();
+        for i in 0..b.rows.num_rows() {
+            let mut one = b.clone();
+            one.rows = b.rows.slice(i, 1);
+            one.first_offset = offsets.value(i);
+            one.last_offset = offsets.value(i);
+            out.push(one);
+        }
+    }
+    out
 }
 
 /// Rows of a query on the replica.

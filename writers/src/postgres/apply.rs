@@ -12,6 +12,11 @@
 //! savepoint is rolled back and the same rows are upserted through the staging table; the
 //! caller then stops trying on that table for a while.
 //!
+//! With the stale-event guard, every row written carries its change's source position, and
+//! staged rows whose stored row holds a later position are dropped from the staging table
+//! (and counted) before anything is written; the delete and the upsert check it again, for a
+//! row another transaction wrote meanwhile.
+//!
 //! The new key of a key change takes the columns its create left untouched from the old
 //! key's stored row: the staging table holds the old key too, and one `UPDATE … FROM` per
 //! group fills those columns in from the table before the `DELETE` removes the old row.
@@ -26,7 +31,7 @@ use super::ddl::TableMeta;
 use super::encode::{CopyBuf, Enc, loses_digits, pg_timestamp};
 use super::error::{At, ReplicaError};
 use super::naming::quote;
-use super::plan::{ColumnDef, TableWork};
+use super::plan::{ColumnDef, TableWork, View};
 use super::types::{Conv, unbounded};
 
 /// Stage rows are sent to the server in chunks of about this size.
@@ -53,6 +58,8 @@ pub(crate) struct Counts {
     pub unknown: Vec<(String, u64)>,
     /// Bytes of COPY data sent (the table's own and its staging table's).
     pub copied_bytes: u64,
+    /// Writes and deletes left out by the stale-event guard: the row held a later change.
+    pub stale: u64,
 }
 
 /// Per column whose values the replica rounds to the microsecond (text PostgreSQL rounds,
@@ -250,8 +257,13 @@ pub(crate) async fn apply_table(
     counts.rounded = rounded(work, &rows, |net, base, c| {
         cell(work, net, base, c).map(|(enc, r)| (enc, r.row as usize))
     });
+    let views = match work.guard() {
+        Some(_) => batches.iter().map(|b| View::new(b).ok()).collect(),
+        None => Vec::new(),
+    };
     let a = Apply {
         batches,
+        views,
         work,
         meta,
         table,
@@ -266,12 +278,13 @@ pub(crate) async fn apply_table(
     let stage = quote(&format!("lakesink_stage_{seq}"));
     counts.copied_bytes += a.stage(conn, &stage, &done).await?;
     crate::failpoint::hit(crate::failpoint::REPLICA_AFTER_COPY);
+    let stale = a.drop_stale(conn, &stage, &mut counts).await?;
     let any_delete = a.rows.iter().any(|r| r.grp == 0);
-    a.fill_moved(conn, &stage, &mut counts).await?;
+    a.fill_moved(conn, &stage, &stale, &mut counts).await?;
     if any_delete {
         a.delete(conn, &stage).await?;
     }
-    a.upsert(conn, &stage, &done, &conflicted, &mut counts)
+    a.upsert(conn, &stage, (&done, &conflicted), &stale, &mut counts)
         .await?;
     Ok(counts)
 }
@@ -439,6 +452,8 @@ fn quoted_list(names: &[&str]) -> String {
 /// One table's rows, grouped, and what the steps that write them read.
 struct Apply<'a, 'w> {
     batches: &'a [ChangeBatch],
+    /// With the stale-event guard: each batch's columns, for the rows' source positions.
+    views: Vec<Option<View<'a>>>,
     work: &'a TableWork<'w>,
     meta: &'a TableMeta,
     /// The table's name, quoted.
@@ -451,6 +466,48 @@ impl Apply<'_, '_> {
     /// How many rows group `grp` (1 + its index) holds.
     fn members(&self, grp: usize) -> u64 {
         self.rows.iter().filter(|r| r.grp == grp).count() as u64
+    }
+
+    /// How many rows of group `grp` the stale-event guard left in the staging table.
+    fn left(&self, grp: usize, stale: &[u64]) -> u64 {
+        self.members(grp)
+            .saturating_sub(stale.get(grp).copied().unwrap_or(0))
+    }
+
+    /// With the stale-event guard, the row's field holding its change's source position
+    /// (written after the soft-delete fields): NULL where the source has none.
+    fn write_position(&self, buf: &mut CopyBuf, row: &Row<'_>) {
+        if self.work.guard().is_none() {
+            return;
+        }
+        // A marked row's latest change is the delete or truncate that marked it.
+        let from = match (row.mark, row.net) {
+            (Some(m), _) => Some(m.1),
+            (None, Some(Net::Delete(r))) => Some(*r),
+            (None, Some(n)) => n.base(),
+            (None, None) => row.base,
+        };
+        let position = from.and_then(|r| {
+            let view = self.views.get(r.batch as usize)?.as_ref()?;
+            view.position(r.row as usize)
+        });
+        match position {
+            Some(p) => {
+                let len = i32::try_from(p.len()).unwrap_or(i32::MAX);
+                buf.buf.extend_from_slice(&len.to_be_bytes());
+                buf.buf.extend_from_slice(p.as_bytes());
+            }
+            None => buf.null(),
+        }
+    }
+
+    /// The guard's condition for writing over the stored row `stored` (an alias) with the
+    /// position `new`: unless the stored row's change is later.
+    fn unless_later(&self, stored: &str, new: &str) -> Option<String> {
+        let g = quote(self.work.guard()?);
+        Some(format!(
+            "({stored}.{g} IS NULL OR {new} IS NULL OR {stored}.{g} COLLATE \"C\" <= {new})"
+        ))
     }
 
     /// Writes a row's column fields (its key is written before them): every column (`all`)
@@ -527,10 +584,11 @@ impl Apply<'_, '_> {
             .collect()
     }
 
-    /// The key columns, the columns `g` writes, then the soft-delete columns.
+    /// The key columns, the columns `g` writes, the soft-delete columns, then the guard's.
     fn names_of(&self, g: &Group) -> Vec<&str> {
         let mut names: Vec<&str> = columns_of(self.work, g).map(|c| c.name.as_str()).collect();
         names.extend(self.soft_names());
+        names.extend(self.work.guard());
         names
     }
 
@@ -542,8 +600,13 @@ impl Apply<'_, '_> {
             .iter()
             .zip(["boolean", "timestamp with time zone"])
             .all(|(n, wire)| self.meta.types.get(*n).is_some_and(|t| t == wire));
+        let guard_fits = self
+            .work
+            .guard()
+            .is_none_or(|n| self.meta.types.get(n).is_some_and(|t| t == "text"));
         !g.moves()
             && soft_fits
+            && guard_fits
             && columns_of(self.work, g).all(|c| {
                 self.meta
                     .types
@@ -595,7 +658,9 @@ impl Apply<'_, '_> {
                 buf.row(nfields);
                 buf.buf.extend_from_slice(row.key);
                 self.write_fields(buf, row, false)?;
-                self.write_soft(buf, row)
+                self.write_soft(buf, row)?;
+                self.write_position(buf, row);
+                Ok(())
             });
             match copied.await {
                 Ok(bytes) => {
@@ -646,6 +711,10 @@ impl Apply<'_, '_> {
                 .take(soft)
                 .map(String::from),
         );
+        let guard = usize::from(work.guard().is_some());
+        if guard > 0 {
+            defs.push("pos text COLLATE \"C\"".to_owned());
+        }
         if moves {
             defs.extend(
                 work.pk
@@ -661,8 +730,12 @@ impl Apply<'_, '_> {
         .execute(&mut *conn)
         .await
         .map_err(db(&work.at))?;
-        let nfields =
-            1 + work.pk.len() + work.cols.len() + soft + if moves { work.pk.len() } else { 0 };
+        let nfields = 1
+            + work.pk.len()
+            + work.cols.len()
+            + soft
+            + guard
+            + if moves { work.pk.len() } else { 0 };
         let sql = format!("COPY {stage} FROM STDIN (FORMAT binary)");
         let rows = self.rows.iter().filter(|r| staged(r, done));
         copy_rows(conn, &sql, rows, |buf, row| {
@@ -673,6 +746,7 @@ impl Apply<'_, '_> {
             buf.buf.extend_from_slice(row.key);
             self.write_fields(buf, row, true)?;
             self.write_soft(buf, row)?;
+            self.write_position(buf, row);
             if moves {
                 match row.net.and_then(Net::moved) {
                     Some(m) => buf.buf.extend_from_slice(&m.old_key),
@@ -685,11 +759,55 @@ impl Apply<'_, '_> {
         .map_err(|e| e.at(&work.at))
     }
 
+    /// With the stale-event guard: drops the staged rows whose stored row holds a later
+    /// change, and counts them; per group (0: deletes), how many.
+    async fn drop_stale(
+        &self,
+        conn: &mut PgConnection,
+        stage: &str,
+        counts: &mut Counts,
+    ) -> Result<Vec<u64>, ReplicaError> {
+        let Some(guard) = self.work.guard() else {
+            return Ok(Vec::new());
+        };
+        let sql = format!(
+            "WITH d AS (DELETE FROM {stage} AS s USING {} AS t WHERE {} \
+             AND t.{} COLLATE \"C\" > s.pos RETURNING s.grp) \
+             SELECT grp, count(*) FROM d GROUP BY grp",
+            self.table,
+            self.key_match("t"),
+            quote(guard)
+        );
+        let found: Vec<(i32, i64)> = sqlx::query_as(AssertSqlSafe(sql))
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(db(&self.work.at))?;
+        let mut stale = vec![0u64; self.groups.len() + 1];
+        for (grp, n) in found {
+            if let Some(s) = usize::try_from(grp).ok().and_then(|g| stale.get_mut(g)) {
+                *s += n.unsigned_abs();
+                counts.stale += n.unsigned_abs();
+            }
+        }
+        if counts.stale > 0 {
+            tracing::debug!(
+                table = %self.work.name,
+                topic = self.work.at.topic,
+                partition = self.work.at.partition,
+                offsets = ?self.work.at.offsets,
+                stale = counts.stale,
+                "changes older than what the replica holds for their keys left out"
+            );
+        }
+        Ok(stale)
+    }
+
     /// Moved keys take their old key's stored values, before the old key's delete.
     async fn fill_moved(
         &self,
         conn: &mut PgConnection,
         stage: &str,
+        stale: &[u64],
         counts: &mut Counts,
     ) -> Result<(), ReplicaError> {
         for (g, group) in self.groups.iter().enumerate().filter(|(_, g)| g.moves()) {
@@ -699,7 +817,7 @@ impl Apply<'_, '_> {
                 .await
                 .map_err(db(&self.work.at))?
                 .rows_affected();
-            let members = self.members(grp);
+            let members = self.left(grp, stale);
             counts.moved += members;
             count_unknown(
                 self.work,
@@ -766,6 +884,10 @@ impl Apply<'_, '_> {
     async fn delete(&self, conn: &mut PgConnection, stage: &str) -> Result<(), ReplicaError> {
         let table = &self.table;
         let on = self.key_match("t");
+        let on = match self.unless_later("t", "s.pos") {
+            Some(guard) => format!("{on} AND {guard}"),
+            None => on,
+        };
         let sql = match &self.work.soft {
             None => format!("DELETE FROM {table} AS t USING {stage} AS s WHERE s.grp = 0 AND {on}"),
             Some(soft) => {
@@ -777,6 +899,10 @@ impl Apply<'_, '_> {
                     set.push(format!(
                         "{at} = CASE WHEN t.{flag}::text = 'true' THEN LEAST(t.{at}, {cast}) ELSE {cast} END"
                     ));
+                }
+                // The row keeps the delete's position: an older write must not revive it.
+                if let Some(guard) = self.work.guard() {
+                    set.push(format!("{} = s.pos", quote(guard)));
                 }
                 format!(
                     "UPDATE {table} AS t SET {} FROM {stage} AS s WHERE s.grp = 0 AND {on}",
@@ -797,8 +923,8 @@ impl Apply<'_, '_> {
         &self,
         conn: &mut PgConnection,
         stage: &str,
-        done: &[bool],
-        conflicted: &[bool],
+        (done, conflicted): (&[bool], &[bool]),
+        stale: &[u64],
         counts: &mut Counts,
     ) -> Result<(), ReplicaError> {
         let at = &self.work.at;
@@ -808,7 +934,7 @@ impl Apply<'_, '_> {
             let (insert, upsert) = self.upsert_sql(stage, grp, group, &keys);
             let fresh = group.kind == Kind::Fresh;
             if fresh && !conflicted[g] && plain_insert(conn, &insert).await.map_err(db(at))? {
-                kept_unknown(self.work, group, self.members(grp), counts);
+                kept_unknown(self.work, group, self.left(grp, stale), counts);
                 continue;
             }
             counts.fresh_conflict |= fresh;
@@ -847,6 +973,9 @@ impl Apply<'_, '_> {
         let written: Vec<&str> = names[self.work.pk.len()..].to_vec();
         let mut casts: Vec<String> = columns_of(self.work, group).map(|c| self.cast(c)).collect();
         casts.extend(self.soft_casts());
+        if self.work.guard().is_some() {
+            casts.push("s.pos".to_owned());
+        }
         // Columns left as stored that the table has NOT NULL without a default: PostgreSQL
         // checks the row an upsert proposes before it finds the stored one, so the proposed
         // row carries the stored value (NULL, and refused, only where no row is stored).
@@ -865,7 +994,7 @@ impl Apply<'_, '_> {
             casts.extend(strict.iter().map(|c| format!("o.{}", quote(c))));
         }
         let insert = format!(
-            "INSERT INTO {table} ({}) SELECT {} FROM {from} WHERE s.grp = {grp}",
+            "INSERT INTO {table} AS t ({}) SELECT {} FROM {from} WHERE s.grp = {grp}",
             quoted_list(&names),
             casts.join(", "),
         );
@@ -879,8 +1008,13 @@ impl Apply<'_, '_> {
                 .iter()
                 .map(|n| format!("{0} = EXCLUDED.{0}", quote(n)))
                 .collect();
+            let guard = self
+                .work
+                .guard()
+                .and_then(|g| self.unless_later("t", &format!("EXCLUDED.{}", quote(g))))
+                .map_or_else(String::new, |g| format!(" WHERE {g}"));
             format!(
-                "{insert} ON CONFLICT ({}) DO UPDATE SET {}",
+                "{insert} ON CONFLICT ({}) DO UPDATE SET {}{guard}",
                 keys.join(", "),
                 set.join(", ")
             )

@@ -25,9 +25,9 @@ pub(crate) struct RowRef {
 pub(crate) type Move = (i64, Option<i64>);
 
 /// A soft delete of a row: when the source deleted it (µs since the Unix epoch, where the
-/// event says).
+/// event says), and the delete or truncate that did (whose source position the row keeps).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Mark(pub Option<i64>);
+pub(crate) struct Mark(pub Option<i64>, pub RowRef);
 
 /// What to do with a key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -240,12 +240,12 @@ impl Collapser {
         match found {
             // The first delete since the row was last written marks it.
             Some(i) if self.soft => {
-                self.marks[i].get_or_insert(Mark(when));
+                self.marks[i].get_or_insert(Mark(when, at));
             }
             _ => {
                 self.put(key, hash, found, Net::Delete(at), false);
                 if let Some(m) = self.marks.last_mut().filter(|_| self.soft) {
-                    *m = Some(Mark(when));
+                    *m = Some(Mark(when, at));
                 }
             }
         }
@@ -265,14 +265,15 @@ impl Collapser {
     }
 
     /// Everything before a truncate is moot; the table is truncated first. With soft deletes
-    /// every row so far is marked deleted as of `when` instead, and so are the stored ones.
-    pub(crate) fn truncate(&mut self, when: Option<i64>) {
+    /// every row so far is marked deleted as of `when` (by the truncate `at`) instead, and so
+    /// are the stored ones.
+    pub(crate) fn truncate(&mut self, when: Option<i64>, at: RowRef) {
         self.deleted.clear();
         if self.soft {
             for m in &mut self.marks {
-                m.get_or_insert(Mark(when));
+                m.get_or_insert(Mark(when, at));
             }
-            self.truncate_mark.get_or_insert(Mark(when));
+            self.truncate_mark.get_or_insert(Mark(when, at));
             self.truncated = true;
             return;
         }
@@ -429,7 +430,7 @@ mod tests {
 
         let mut c = Collapser::default();
         c.upsert(b"a".to_vec(), r(0), 3, &[], false, None);
-        c.truncate(None);
+        c.truncate(None, r(99));
         c.upsert(b"a".to_vec(), r(1), 3, &[], false, None);
         c.delete(b"b".to_vec(), r(2), None, None);
         let done = c.finish();
@@ -441,7 +442,7 @@ mod tests {
     fn truncate_drops_what_came_before() {
         let mut c = Collapser::default();
         c.upsert(b"a".to_vec(), r(0), 3, &[], false, None);
-        c.truncate(None);
+        c.truncate(None, r(99));
         c.upsert(b"b".to_vec(), r(2), 3, &[], false, None);
         let Collapsed {
             truncated,
@@ -473,7 +474,7 @@ mod tests {
         );
         assert_eq!(
             done.marks,
-            vec![Some(Mark(Some(10))), Some(Mark(Some(30))), None]
+            vec![Some(Mark(Some(10), r(1))), Some(Mark(Some(30), r(3))), None]
         );
         assert_eq!(done.fresh, vec![true, false, false]);
     }
@@ -484,20 +485,20 @@ mod tests {
         c.upsert(b"a".to_vec(), r(0), 3, &[], true, None);
         c.upsert(b"b".to_vec(), r(1), 3, &[], true, None);
         c.delete(b"b".to_vec(), r(2), None, Some(5));
-        c.truncate(Some(7));
+        c.truncate(Some(7), r(20));
         c.upsert(b"c".to_vec(), r(3), 3, &[], true, None);
-        c.truncate(Some(9));
+        c.truncate(Some(9), r(21));
         c.upsert(b"d".to_vec(), r(4), 3, &[], false, None);
         let done = c.finish();
         assert!(done.truncated);
-        assert_eq!(done.truncate_mark, Some(Mark(Some(7))));
+        assert_eq!(done.truncate_mark, Some(Mark(Some(7), r(20))));
         assert_eq!(done.entries.len(), 4);
         assert_eq!(
             done.marks,
             vec![
-                Some(Mark(Some(7))),
-                Some(Mark(Some(5))),
-                Some(Mark(Some(9))),
+                Some(Mark(Some(7), r(20))),
+                Some(Mark(Some(5), r(2))),
+                Some(Mark(Some(9), r(21))),
                 None
             ]
         );

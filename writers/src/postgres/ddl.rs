@@ -141,6 +141,14 @@ pub(crate) fn plan_ddl(
             soft.flag
         ));
     }
+    if let Some(guard) = work.guard()
+        && let Some(ty) = existing.types.get(guard)
+        && ty != "text"
+    {
+        return Err(format!(
+            "the stale-event guard's column `{guard}` is {ty}: it must be text (the source position)"
+        ));
+    }
     let want: Vec<&str> = work.pk.iter().map(|k| k.name.as_str()).collect();
     if !want.is_empty() && existing.pk != want {
         return Err(format!(
@@ -208,7 +216,7 @@ pub(crate) fn plan_ddl(
             String::new()
         } else {
             format!(
-                " (soft deletes need {}: add them, or set schema-evolution = \"basic\")",
+                " (soft deletes and the stale-event guard need {}: add them, or set schema-evolution = \"basic\")",
                 soft.join(", ")
             )
         };
@@ -321,8 +329,10 @@ pub(crate) fn widens(have: &str, want: &str) -> bool {
     matches!((chars(have), chars(want)), (Some(h), Some(w)) if w > h)
 }
 
-/// The soft-delete columns of `work`'s table: name, definition, and type as `format_type`
-/// writes it. Rows there before soft deletes were turned on are live.
+/// The columns lakesink keeps in `work`'s table: the soft-delete columns and the stale-event
+/// guard's: name, definition, and type as `format_type` writes it. Rows there before soft
+/// deletes were turned on are live; rows there before the guard have no position, and any
+/// event overwrites them.
 fn soft_columns<'w>(
     work: &'w TableWork<'_>,
 ) -> impl Iterator<Item = (&'w str, &'static str, &'static str)> {
@@ -331,7 +341,9 @@ fn soft_columns<'w>(
     let at = soft
         .and_then(|s| s.at.as_deref())
         .map(|a| (a, "timestamptz", "timestamp with time zone"));
-    flag.into_iter().chain(at)
+    // Compared bytewise: the positions are made to sort so.
+    let guard = work.guard().map(|g| (g, "text COLLATE \"C\"", "text"));
+    flag.into_iter().chain(at).chain(guard)
 }
 
 /// Whether the column gets a default (one the replica can take).

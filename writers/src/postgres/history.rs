@@ -156,7 +156,7 @@ fn history_rows(v: &View<'_>, b: &ChangeBatch) -> Result<RecordBatch, String> {
         _ => Arc::new(TimestampMillisecondArray::new_null(n).with_timezone("UTC")),
     };
     push(column(KAFKA_TS, kafka_ts.data_type().clone()), kafka_ts);
-    let position: StringArray = (0..n).map(|r| position(v, r)).collect();
+    let position: StringArray = (0..n).map(|r| v.position(r)).collect();
     push(column(POSITION, DataType::Utf8), Arc::new(position));
 
     let meta = [TOPIC, PARTITION, OFFSET, OP, SOURCE_TS, KAFKA_TS, POSITION];
@@ -223,18 +223,4 @@ fn image(v: &View<'_>, n: usize) -> Result<Option<StructArray>, String> {
     let zipped = arrow_select::zip::zip(&deletes, before, after)
         .map_err(|e| format!("history image: {e}"))?;
     Ok(Some(zipped.as_struct().clone()))
-}
-
-/// Where the change is in the source's log, as text: PostgreSQL's LSN, MySQL's binlog file and
-/// position (and row), SQL Server's and Db2's commit and change LSNs.
-fn position(v: &View<'_>, row: usize) -> Option<String> {
-    if let Some(lsn) = v.source_int("lsn", row) {
-        return Some(lsn.to_string());
-    }
-    if let (Some(file), Some(pos)) = (v.source_field("file", row), v.source_int("pos", row)) {
-        return Some(format!("{file}:{pos}"));
-    }
-    let commit = v.source_field("commit_lsn", row)?;
-    let change = v.source_field("change_lsn", row).unwrap_or("");
-    Some(format!("{commit}:{change}"))
 }

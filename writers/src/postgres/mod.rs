@@ -14,6 +14,7 @@ pub mod live;
 mod naming;
 mod offsets;
 mod plan;
+mod position;
 mod types;
 
 use std::collections::{BTreeMap, HashMap};
@@ -87,6 +88,8 @@ pub struct PgReplicator {
     rounded: Mutex<BTreeMap<(String, String), u64>>,
     /// Values written NULL as unknown, likewise until [`Self::take_unknown`].
     unknown: Mutex<BTreeMap<(String, String), u64>>,
+    /// Changes the stale-event guard left out, likewise until [`Self::take_stale`].
+    stale: Mutex<BTreeMap<(String, String), u64>>,
     /// COPY bytes of committed applies, until [`Self::take_copied_bytes`].
     copied_bytes: std::sync::atomic::AtomicU64,
 }
@@ -151,6 +154,7 @@ impl PgReplicator {
             no_plain_insert: Mutex::new(HashMap::new()),
             rounded: Mutex::new(BTreeMap::new()),
             unknown: Mutex::new(BTreeMap::new()),
+            stale: Mutex::new(BTreeMap::new()),
             copied_bytes: std::sync::atomic::AtomicU64::new(0),
         })
     }
@@ -230,6 +234,7 @@ impl PgReplicator {
         let mut changed: Vec<(TableName, Arc<TableMeta>)> = Vec::new();
         let mut rounded: Vec<(String, String, u64)> = Vec::new();
         let mut unknown: Vec<(String, String, u64)> = Vec::new();
+        let mut stale: Vec<(String, String, u64)> = Vec::new();
         let mut copied_bytes = 0u64;
         for (seq, (batches, mut work)) in works.enumerate() {
             let cached = self.cached(&work.name);
@@ -258,6 +263,7 @@ impl PgReplicator {
             changed.push((work.name.clone(), meta.clone()));
             let name = work.name.clone();
             let at = work.at.clone();
+            let guard = work.guard().map(str::to_owned);
             let plain = self.plain_insert(&name);
             let counts = apply::apply_table(&mut tx, batches, work, &meta, seq, plain).await?;
             if counts.fresh_conflict {
@@ -270,6 +276,9 @@ impl PgReplicator {
             for (column, n) in &counts.unknown {
                 unknown.push((name.to_string(), column.clone(), *n));
             }
+            if let Some(column) = guard.filter(|_| counts.stale > 0) {
+                stale.push((name.to_string(), column, counts.stale));
+            }
             tracing::debug!(
                 table = %name,
                 topic = at.topic,
@@ -279,6 +288,7 @@ impl PgReplicator {
                 inserted = counts.inserted,
                 truncated = counts.truncated,
                 moved = counts.moved,
+                stale = counts.stale,
                 "replica table applied"
             );
         }
@@ -299,7 +309,11 @@ impl PgReplicator {
         }
         self.copied_bytes
             .fetch_add(copied_bytes, std::sync::atomic::Ordering::Relaxed);
-        for (counts, totals) in [(rounded, &self.rounded), (unknown, &self.unknown)] {
+        for (counts, totals) in [
+            (rounded, &self.rounded),
+            (unknown, &self.unknown),
+            (stale, &self.stale),
+        ] {
             if !counts.is_empty()
                 && let Ok(mut totals) = totals.lock()
             {
@@ -329,6 +343,12 @@ impl PgReplicator {
     /// the replica did not hold (docs/replica.md). For a metric.
     pub fn take_unknown(&self) -> Vec<Rounded> {
         take(&self.unknown)
+    }
+
+    /// The changes the stale-event guard left out (a row held a later change of its key), in
+    /// applies committed since the last call, per table and guard column. For a metric.
+    pub fn take_stale(&self) -> Vec<Rounded> {
+        take(&self.stale)
     }
 
     /// The bytes of COPY data in applies committed since the last call.

@@ -57,6 +57,8 @@ impl Rules {
     pub(crate) fn history(config: &ReplicaConfig, template: NameTemplate) -> Self {
         let mut tables = config.clone();
         tables.delete_mode = lakesink_config::DeleteMode::Hard;
+        // A history row is written once and never overwritten: nothing to guard.
+        tables.stale_guard = false;
         tables.tables.clear();
         Self {
             template: template.with_suffix(&config.history_suffix),
@@ -90,6 +92,17 @@ impl Rules {
             check_ident(at, "deleted-at-column")?;
         }
         Ok(Some(Soft { flag, at }))
+    }
+
+    /// A table's stale-event guard column; `None` when it has no guard.
+    fn guard(&self, name: &TableName) -> Result<Option<String>, String> {
+        let column = self
+            .tables
+            .guard_column(&format!("{}.{}", name.schema, name.table));
+        if let Some(c) = &column {
+            check_ident(c, "position-column")?;
+        }
+        Ok(column)
     }
 }
 
@@ -153,6 +166,9 @@ pub(crate) struct TableWork<'a> {
     pub insert_marks: Vec<Option<Mark>>,
     /// Soft deletes: the columns marking deleted rows; `None` for hard deletes.
     pub soft: Option<Soft>,
+    /// The stale-event guard's column (`text`, the source position of the row's last
+    /// change); `None` without a guard. Use [`Self::guard`].
+    guard_column: Option<String>,
     /// The table keeps only a history (`mode = "history"`): its rows are not applied here.
     pub skip: bool,
     /// A history table: rows are inserted once, never rewritten.
@@ -164,7 +180,13 @@ pub(crate) struct TableWork<'a> {
 }
 
 impl TableWork<'_> {
-    fn new(at: At, name: TableName, pk: Vec<ColumnDef>, soft: Option<Soft>, rules: &Rules) -> Self {
+    fn new(
+        at: At,
+        name: TableName,
+        pk: Vec<ColumnDef>,
+        (soft, guard_column): (Option<Soft>, Option<String>),
+        rules: &Rules,
+    ) -> Self {
         Self {
             at,
             name,
@@ -174,6 +196,7 @@ impl TableWork<'_> {
             inserts: Vec::new(),
             insert_marks: Vec::new(),
             soft,
+            guard_column,
             skip: false,
             history: rules.history,
             follows_nulls: rules.not_null,
@@ -183,6 +206,24 @@ impl TableWork<'_> {
 
     pub(crate) fn keyless(&self) -> bool {
         self.pk.is_empty()
+    }
+
+    /// The stale-event guard's column, where the table has a guard and a key to keep a
+    /// position for.
+    pub(crate) fn guard(&self) -> Option<&str> {
+        self.guard_column.as_deref().filter(|_| !self.keyless())
+    }
+
+    /// Whether `column` is one lakesink keeps of its own (soft deletes, the guard).
+    fn own_column(&self, column: &str) -> Option<String> {
+        if let Some(soft) = self.soft.as_ref().filter(|s| s.holds(column)) {
+            return Some(clash(soft, column));
+        }
+        (self.guard_column.as_deref() == Some(column)).then(|| {
+            format!(
+                "the source has a column `{column}`, the replica's stale-event guard column (position-column): name that column otherwise in [replica] or [replica.tables.\"schema.table\"]"
+            )
+        })
     }
 }
 
@@ -267,10 +308,13 @@ impl<'a> View<'a> {
     /// A `source` field for the table name: the envelope's block, or the flattened record's
     /// `__source_<f>` / `__<f>` fields (ExtractNewRecordState `add.fields`).
     pub(crate) fn source_int(&self, name: &str, row: usize) -> Option<i64> {
+        // MySQL's `row` is an `int`, the rest `long`s.
         let pick = |s: &'a StructArray, n: &str| {
-            let c = s
-                .column_by_name(n)?
-                .as_primitive_opt::<arrow_array::types::Int64Type>()?;
+            let c = s.column_by_name(n)?;
+            if let Some(c) = c.as_primitive_opt::<arrow_array::types::Int32Type>() {
+                return c.is_valid(row).then(|| i64::from(c.value(row)));
+            }
+            let c = c.as_primitive_opt::<arrow_array::types::Int64Type>()?;
             c.is_valid(row).then(|| c.value(row))
         };
         match (self.source, self.after) {
@@ -322,6 +366,28 @@ impl<'a> View<'a> {
             }
             _ => None,
         }
+    }
+}
+
+/// One row's source fields, for [`super::position`].
+struct RowSource<'v, 'a> {
+    view: &'v View<'a>,
+    row: usize,
+}
+
+impl super::position::Source for RowSource<'_, '_> {
+    fn text(&self, name: &str) -> Option<&str> {
+        self.view.source_field(name, self.row)
+    }
+    fn int(&self, name: &str) -> Option<i64> {
+        self.view.source_int(name, self.row)
+    }
+}
+
+impl View<'_> {
+    /// Where the row's change is in the source's log ([`super::position`]).
+    pub(crate) fn position(&self, row: usize) -> Option<String> {
+        super::position::position(&RowSource { view: self, row })
     }
 }
 
@@ -417,26 +483,32 @@ pub(crate) fn plan<'a>(
             }
             work.at.offsets.0 = work.at.offsets.0.min(offset);
             work.at.offsets.1 = work.at.offsets.1.max(offset);
+            let at = RowRef {
+                batch: bi,
+                row: row as u32,
+            };
             if op == "t" {
                 let when = work.soft.as_ref().and_then(|_| v.event_time(row));
-                work.collapser.truncate(when);
+                work.collapser.truncate(when, at);
                 if work.soft.is_some() {
                     for m in &mut work.insert_marks {
-                        m.get_or_insert(Mark(when));
+                        m.get_or_insert(Mark(when, at));
                     }
                 } else {
                     work.inserts.clear();
                 }
                 continue;
             }
+            // With the guard, a tombstone is not applied: it has no source position to be
+            // compared by, and the delete before it did the work (a replayed old tombstone
+            // must not delete a row written since).
+            if tombstone && work.guard().is_some() {
+                continue;
+            }
             if !work.encs.contains_key(&bi) {
                 let encs = batch_encs(rules, &v, work).map_err(|r| bad(r, Some(&work.name)))?;
                 work.encs.insert(bi, encs);
             }
-            let at = RowRef {
-                batch: bi,
-                row: row as u32,
-            };
             let work = &mut tables[ti];
             let name = &work.name;
             let encs = &work.encs[&bi];
@@ -581,7 +653,7 @@ fn table_index<'a>(
             v.at(offset, Some(&name)),
             name,
             Vec::new(),
-            None,
+            (None, None),
             rules,
         ));
         let last = tables.len() - 1;
@@ -596,23 +668,24 @@ fn table_index<'a>(
         ));
     }
     let soft = rules.soft(&name).map_err(|r| bad(r, Some(&name)))?;
-    if let Some(s) = &soft
-        && let Some(k) = pk.iter().find(|k| s.holds(&k.name))
-    {
-        return Err(bad(clash(s, &k.name), Some(&name)));
+    let guard = rules.guard(&name).map_err(|r| bad(r, Some(&name)))?;
+    let mut work = TableWork::new(
+        v.at(offset, Some(&name)),
+        name.clone(),
+        Vec::new(),
+        (soft, guard),
+        rules,
+    );
+    if let Some(clash) = pk.iter().find_map(|k| work.own_column(&k.name)) {
+        return Err(bad(clash, Some(&name)));
     }
     if let Some(i) = known {
         tables[i].pk = pk;
         return Ok(i);
     }
-    index.insert(name.clone(), tables.len());
-    tables.push(TableWork::new(
-        v.at(offset, Some(&name)),
-        name,
-        pk,
-        soft,
-        rules,
-    ));
+    work.pk = pk;
+    index.insert(name, tables.len());
+    tables.push(work);
     Ok(tables.len() - 1)
 }
 
@@ -710,8 +783,8 @@ fn batch_encs<'a>(
             {
                 let name = rules.case.apply(&column_name(f));
                 check_ident(&name, "column")?;
-                if let Some(soft) = work.soft.as_ref().filter(|s| s.holds(&name)) {
-                    return Err(clash(soft, &name));
+                if let Some(clash) = work.own_column(&name) {
+                    return Err(clash);
                 }
                 if let Some(c) = work.pk.iter().chain(&work.cols).find(|c| c.name == name) {
                     return Err(format!(

@@ -193,6 +193,7 @@ pub(super) async fn apply(
         batches,
         rounded: replicator.take_rounded(),
         unknown: replicator.take_unknown(),
+        stale: replicator.take_stale(),
         bytes: replicator.take_copied_bytes(),
     });
     Ok(applied)
