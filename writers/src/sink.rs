@@ -237,6 +237,27 @@ pub fn skip_below(batch: &ChangeBatch, floor: i64) -> Option<ChangeBatch> {
     Some(out)
 }
 
+/// The rows of `batch` below `at` (rows are in offset order), covering the offsets from the
+/// batch's first to `at - 1`; None when none is.
+pub fn keep_below(batch: &ChangeBatch, at: i64) -> Option<ChangeBatch> {
+    use arrow_array::cast::AsArray;
+    if batch.last_offset < at {
+        return Some(batch.clone());
+    }
+    let offsets = batch
+        .rows
+        .column_by_name("__offset")?
+        .as_primitive_opt::<arrow_array::types::Int64Type>()?;
+    let to = offsets.values().partition_point(|&o| o < at);
+    if to == 0 {
+        return None;
+    }
+    let mut out = batch.clone();
+    out.rows = batch.rows.slice(0, to);
+    out.last_offset = at - 1;
+    Some(out)
+}
+
 /// A batch of rows at `offsets` (an `__offset` column only), for unit tests.
 #[cfg(any(test, feature = "test-utils"))]
 pub(crate) fn test_batch(
@@ -264,6 +285,18 @@ pub(crate) fn test_batch(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_batch_splits_at_an_offset_covering_every_offset_once() {
+        let b = test_batch("t", 0, 10..20);
+        let below = keep_below(&b, 15).expect("rows below");
+        let from = skip_below(&b, 15).expect("rows from");
+        assert_eq!((below.first_offset, below.last_offset), (10, 14));
+        assert_eq!(below.rows.num_rows(), 5);
+        assert_eq!((from.first_offset, from.last_offset), (15, 19));
+        assert!(keep_below(&b, 10).is_none());
+        assert_eq!(keep_below(&b, 25).map(|b| b.last_offset), Some(19));
+    }
 
     #[test]
     fn rows_below_the_floor_are_skipped() {

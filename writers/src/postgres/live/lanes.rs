@@ -5,12 +5,17 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use arrow_array::Array;
+use arrow_array::cast::AsArray;
 use lakesink_schema_registry::ChangeBatch;
 
-use crate::sink::TopicPartition as Part;
+use crate::sink::{TopicPartition as Part, keep_below, skip_below};
 
 pub(crate) struct Lanes {
     lanes: Vec<Lane>,
+    /// How long a delete ending what a lane holds of its partition waits for the rest of a
+    /// primary-key change ([`Lane::take_holding`]); `None`: it does not wait.
+    key_change_wait: Option<Duration>,
     /// How a batch's bytes are counted against the bounds.
     bytes: Measure,
     /// Each partition's lane, kept after a revoke: a partition assigned again must not be
@@ -29,6 +34,9 @@ struct Lane {
     inflight_start: HashMap<Part, i64>,
     /// When its transaction started, while one runs.
     running_since: Option<Instant>,
+    /// Per partition, a delete held back as the possible first half of a key change: its
+    /// offset, and since when.
+    held: HashMap<Part, (i64, Instant)>,
 }
 
 /// How much one transaction takes of a lane, at most (at least one batch).
@@ -64,9 +72,29 @@ impl Lanes {
     pub(crate) fn new(count: usize, bytes: Measure) -> Self {
         Self {
             lanes: (0..count.max(1)).map(|_| Lane::default()).collect(),
+            key_change_wait: None,
             bytes,
             lane_of: HashMap::new(),
         }
+    }
+
+    /// A delete ending what a lane holds of a partition waits up to `wait` for what follows
+    /// it, so that a primary-key change (Debezium's delete of the old key, its tombstone, the
+    /// create of the new key: consecutive records) is applied in one transaction. `None`
+    /// (shutdown, replay) takes everything.
+    pub(crate) fn hold_key_changes(&mut self, wait: Option<Duration>) {
+        self.key_change_wait = wait;
+    }
+
+    /// When the earliest held delete of an idle lane stops waiting; `None` when none waits.
+    pub(crate) fn hold_ends(&self) -> Option<Instant> {
+        let wait = self.key_change_wait?;
+        self.lanes
+            .iter()
+            .filter(|l| l.running_since.is_none())
+            .flat_map(|l| l.held.values())
+            .map(|&(_, since)| since + wait)
+            .min()
     }
 
     /// Queues a batch in its partition's lane.
@@ -200,7 +228,10 @@ impl Lanes {
             if !limit.reached(lane.rows, lane.bytes) && hold(index) {
                 continue;
             }
-            let batches = lane.take(limit, self.bytes);
+            let batches = lane.take(limit, self.bytes, self.key_change_wait);
+            if batches.is_empty() {
+                continue; // all of it held back, waiting for a key change's create
+            }
             lane.running_since = Some(Instant::now());
             ready.push((index, batches));
         }
@@ -228,6 +259,7 @@ impl Lanes {
     pub(crate) fn drop_pending(&mut self, part: &Part) -> Option<i64> {
         let &index = self.lane_of.get(part)?;
         let lane = &mut self.lanes[index];
+        lane.held.remove(part);
         let (rows, bytes) = (&mut lane.rows, &mut lane.bytes);
         let measure = self.bytes;
         lane.pending.retain(|b| {
@@ -250,11 +282,15 @@ impl Lanes {
 }
 
 impl Lane {
-    /// The first batches, up to `limit` (at least one); what is left stays pending.
-    fn take(&mut self, limit: Limit, measure: Measure) -> Vec<ChangeBatch> {
+    /// The first batches, up to `limit` (at least one); what is left stays pending. With
+    /// `wait`, a key change's delete may be held back ([`Self::take_holding`]).
+    fn take(&mut self, limit: Limit, measure: Measure, wait: Option<Duration>) -> Vec<ChangeBatch> {
         // All of it fits: the live replica's case, with no limit.
         if !limit.reached(self.rows, self.bytes) {
-            return self.take_all();
+            return match wait {
+                Some(wait) => self.take_holding(wait, measure),
+                None => self.take_all(),
+            };
         }
         let (mut rows, mut bytes, mut n) = (0usize, 0usize, 0);
         for b in &self.pending {
@@ -279,7 +315,56 @@ impl Lane {
         taken
     }
 
+    /// Everything pending but, per partition, a delete (with the tombstones after it) that
+    /// ends it, for up to `wait` from when it was first held: it may be the delete of a key
+    /// change whose create has not come yet. The create always follows its delete and
+    /// tombstone, so anything after a held delete releases it.
+    fn take_holding(&mut self, wait: Duration, measure: Measure) -> Vec<ChangeBatch> {
+        let now = Instant::now();
+        let mut last: HashMap<Part, usize> = HashMap::new();
+        for (i, b) in self.pending.iter().enumerate() {
+            last.insert(Part::new(b.topic.clone(), b.partition), i);
+        }
+        let mut cut: HashMap<Part, i64> = HashMap::new();
+        for (part, i) in last {
+            let Some(at) = trailing_delete(&self.pending[i]) else {
+                self.held.remove(&part);
+                continue;
+            };
+            let since = match self.held.get(&part) {
+                Some(&(held, since)) if held == at => since,
+                _ => now,
+            };
+            if now.saturating_duration_since(since) < wait {
+                self.held.insert(part.clone(), (at, since));
+                cut.insert(part, at);
+            } else {
+                self.held.remove(&part);
+            }
+        }
+        if cut.is_empty() {
+            return self.take_all();
+        }
+        let (mut taken, mut kept) = (Vec::new(), Vec::new());
+        for b in std::mem::take(&mut self.pending) {
+            match cut.get(&Part::new(b.topic.clone(), b.partition)) {
+                Some(&at) if b.last_offset >= at => {
+                    taken.extend(keep_below(&b, at));
+                    kept.extend(skip_below(&b, at));
+                }
+                _ => taken.push(b),
+            }
+        }
+        self.rows = kept.iter().map(|b| b.rows.num_rows()).sum();
+        self.bytes = kept.iter().map(measure).sum();
+        self.inflight_start = first_offsets(&taken);
+        self.pending_start = first_offsets(&kept);
+        self.pending = kept;
+        taken
+    }
+
     fn take_all(&mut self) -> Vec<ChangeBatch> {
+        self.held.clear();
         self.inflight_start = std::mem::take(&mut self.pending_start);
         self.rows = 0;
         self.bytes = 0;
@@ -295,6 +380,18 @@ fn first_offsets(batches: &[ChangeBatch]) -> HashMap<Part, i64> {
             .or_insert(b.first_offset);
     }
     out
+}
+
+/// The offset of the delete ending `b`, where only tombstones follow it.
+fn trailing_delete(b: &ChangeBatch) -> Option<i64> {
+    let rows = &b.rows;
+    let ops = rows.column_by_name("__op")?.as_string_opt::<i32>()?;
+    let tombstones = rows.column_by_name("__tombstone")?.as_boolean_opt()?;
+    let offsets = rows
+        .column_by_name("__offset")?
+        .as_primitive_opt::<arrow_array::types::Int64Type>()?;
+    let last = (0..rows.num_rows()).rev().find(|&i| !tombstones.value(i))?;
+    (ops.is_valid(last) && ops.value(last) == "d").then(|| offsets.value(last))
 }
 
 /// How a batch's bytes are counted.
@@ -333,6 +430,101 @@ mod tests {
             .iter()
             .map(|b| (b.topic.to_string(), b.partition, b.first_offset))
             .collect()
+    }
+
+    /// Rows of `ops` from offset `first`: `T` a tombstone, else the operation.
+    fn changes(topic: &str, partition: i32, first: i64, ops: &[&str]) -> ChangeBatch {
+        use std::sync::Arc;
+
+        use arrow_array::{BooleanArray, Int64Array, RecordBatch, StringArray};
+        use arrow_schema::{DataType, Field, Schema};
+        let n = ops.len() as i64;
+        let schema = Schema::new(vec![
+            Field::new("__offset", DataType::Int64, false),
+            Field::new("__op", DataType::Utf8, true),
+            Field::new("__tombstone", DataType::Boolean, false),
+        ]);
+        let rows = RecordBatch::try_new(
+            Arc::new(schema),
+            vec![
+                Arc::new(Int64Array::from_iter_values(first..first + n)),
+                Arc::new(StringArray::from_iter(
+                    ops.iter().map(|o| (*o != "T").then_some(*o)),
+                )),
+                Arc::new(BooleanArray::from_iter(ops.iter().map(|o| Some(*o == "T")))),
+            ],
+        )
+        .expect("batch");
+        ChangeBatch {
+            rows,
+            ..crate::sink::test_batch(topic, partition, first..first + n)
+        }
+    }
+
+    fn offsets(batches: &[ChangeBatch]) -> Vec<(i32, i64, i64)> {
+        batches
+            .iter()
+            .map(|b| (b.partition, b.first_offset, b.last_offset))
+            .collect()
+    }
+
+    #[test]
+    fn a_delete_ending_a_partition_waits_for_the_create_of_its_key_change() {
+        let mut lanes = Lanes::new(1, held_bytes);
+        lanes.hold_key_changes(Some(Duration::from_secs(60)));
+        lanes.push(changes("t", 0, 0, &["c", "u", "d", "T"]));
+        lanes.push(changes("t", 1, 0, &["c", "d", "u"]));
+        let ready = lanes.take_ready(Limit::NONE, |_| false);
+        assert_eq!(offsets(&ready[0].1), vec![(0, 0, 1), (1, 0, 2)]);
+        assert_eq!(lanes.start_of(&Part::new("t", 0)), Some(0), "in flight");
+        lanes.done(0);
+        assert_eq!(lanes.start_of(&Part::new("t", 0)), Some(2), "held");
+        assert_eq!(lanes.pending().0, 2);
+        assert!(lanes.hold_ends().is_some());
+        assert!(
+            lanes.take_ready(Limit::NONE, |_| false).is_empty(),
+            "nothing but the held delete: no transaction"
+        );
+        // The create comes: the delete, its tombstone and the create go together.
+        lanes.push(changes("t", 0, 4, &["c"]));
+        let ready = lanes.take_ready(Limit::NONE, |_| false);
+        assert_eq!(offsets(&ready[0].1), vec![(0, 2, 3), (0, 4, 4)]);
+        lanes.done(0);
+        assert_eq!(lanes.hold_ends(), None);
+        assert_eq!(lanes.start_of(&Part::new("t", 0)), None);
+    }
+
+    #[test]
+    fn a_held_delete_goes_when_its_wait_ends_or_nothing_may_wait() {
+        let mut lanes = Lanes::new(1, held_bytes);
+        lanes.hold_key_changes(Some(Duration::from_millis(5)));
+        lanes.push(changes("t", 0, 0, &["d", "T"]));
+        assert!(lanes.take_ready(Limit::NONE, |_| false).is_empty());
+        let ends = lanes.hold_ends().expect("held");
+        std::thread::sleep(ends.saturating_duration_since(Instant::now()));
+        let ready = lanes.take_ready(Limit::NONE, |_| false);
+        assert_eq!(offsets(&ready[0].1), vec![(0, 0, 1)]);
+        lanes.done(0);
+        // Shutdown: nothing waits.
+        lanes.hold_key_changes(Some(Duration::from_secs(60)));
+        lanes.push(changes("t", 0, 2, &["u", "d"]));
+        assert_eq!(
+            offsets(&lanes.take_ready(Limit::NONE, |_| false)[0].1),
+            vec![(0, 2, 2)]
+        );
+        lanes.done(0);
+        lanes.hold_key_changes(None);
+        assert_eq!(
+            offsets(&lanes.take_ready(Limit::NONE, |_| false)[0].1),
+            vec![(0, 3, 3)]
+        );
+        // A revoke forgets the hold.
+        lanes.done(0);
+        lanes.hold_key_changes(Some(Duration::from_secs(60)));
+        lanes.push(changes("t", 0, 4, &["d"]));
+        assert!(lanes.take_ready(Limit::NONE, |_| false).is_empty());
+        assert_eq!(lanes.drop_pending(&Part::new("t", 0)), Some(4));
+        assert_eq!(lanes.hold_ends(), None);
     }
 
     #[test]

@@ -64,6 +64,13 @@ pub trait Rejects: Send + Sync {
 /// delay, halved the throughput).
 const STUCK_AFTER: Duration = Duration::from_secs(2);
 
+/// How long a delete that ends what the replica has of its partition waits for what follows
+/// it: a primary-key change is a delete, its tombstone and a create in consecutive records,
+/// and the two halves are applied in one transaction. Debezium sends them together, so the
+/// create comes with the next hand-over (the pipeline hands over within 25 ms of a pause);
+/// a delete that is not half of a key change is applied after this at the latest.
+pub(crate) const KEY_CHANGE_WAIT: Duration = Duration::from_millis(100);
+
 pub struct ReplicaSink {
     group: String,
     max_rows: usize,
@@ -90,7 +97,7 @@ impl ReplicaSink {
         let mut pool = config.clone();
         pool.pool_size = config.pool_size.saturating_add(1);
         let replicator = PgReplicator::connect(&pool).await?;
-        Ok(Self {
+        let mut sink = Self {
             group: group.to_owned(),
             max_rows: config.batch_max_rows,
             max_bytes: config.batch_max_bytes,
@@ -107,7 +114,9 @@ impl ReplicaSink {
             detached: HashMap::new(),
             rewinding: HashSet::new(),
             meter,
-        })
+        };
+        sink.applier.lanes.hold_key_changes(Some(KEY_CHANGE_WAIT));
+        Ok(sink)
     }
 
     /// Queues a batch, unless the replica let go of its partition.
@@ -162,6 +171,8 @@ impl ReplicaSink {
 
     /// Applies everything pending and waits for it: for shutdown.
     async fn drain(&mut self) -> Result<Vec<Receipt>, SinkError> {
+        // Nothing more comes: a held delete goes now.
+        self.applier.lanes.hold_key_changes(None);
         let mut receipts = Vec::new();
         loop {
             self.start();
@@ -265,12 +276,25 @@ impl Sink for ReplicaSink {
     }
 
     fn busy(&self) -> bool {
-        self.applying()
+        self.applying() || self.applier.lanes.hold_ends().is_some()
     }
 
     fn next_event(&mut self) -> BoxFuture<'_, Result<Event, SinkError>> {
         Box::pin(async move {
-            let done = self.finish().await?;
+            // A held delete's wait may end before any running transaction does (one lane can
+            // be stuck for long): whichever comes first. Waiting for a transaction is
+            // cancel-safe.
+            let done = match self.applier.lanes.hold_ends() {
+                Some(ends) if self.applying() => tokio::select! {
+                    done = self.finish() => done?,
+                    () = tokio::time::sleep_until(ends.into()) => None,
+                },
+                Some(ends) => {
+                    tokio::time::sleep_until(ends.into()).await;
+                    None
+                }
+                None => self.finish().await?,
+            };
             self.start();
             Ok(done.map_or(Event::Nothing, Event::Durable))
         })
