@@ -30,6 +30,13 @@ pub struct ColumnPolicy {
     pub hash: Vec<String>,
     /// The hash's key: a secret (`env:NAME`, `file:/path`, …), at least 16 bytes.
     pub hash_key: Option<Secret>,
+    /// Columns whose values are replaced (Kafka Connect's `MaskField`): by `mask-replacement`
+    /// where set, else by their type's empty value (0, `""`, false, the epoch); nulls stay
+    /// null.
+    #[serde(default)]
+    pub mask: Vec<String>,
+    /// What masked values become, as text read as the column's type (`"***"`, `"0"`).
+    pub mask_replacement: Option<String>,
     /// Columns added to each row with a fixed text value: name → value.
     #[serde(default, rename = "static")]
     pub static_columns: BTreeMap<String, String>,
@@ -68,6 +75,7 @@ pub(crate) fn validate(policies: &[ColumnPolicy]) -> Result<(), ConfigError> {
             .iter()
             .chain(&p.include)
             .chain(&p.hash)
+            .chain(&p.mask)
             .chain(p.rename.keys())
             .chain(p.rename.values())
             .chain(p.static_columns.keys())
@@ -79,12 +87,19 @@ pub(crate) fn validate(policies: &[ColumnPolicy]) -> Result<(), ConfigError> {
             && p.include.is_empty()
             && p.rename.is_empty()
             && p.hash.is_empty()
+            && p.mask.is_empty()
             && p.static_columns.is_empty()
             && p.metadata.is_empty()
         {
             return invalid(format!(
-                "{at}: says nothing to do (exclude, include, rename, hash, static or metadata)"
+                "{at}: says nothing to do (exclude, include, rename, hash, mask, static or metadata)"
             ));
+        }
+        if let Some(c) = p.mask.iter().find(|c| p.hash.contains(c)) {
+            return invalid(format!("{at}: column `{c}` is both hashed and masked"));
+        }
+        if p.mask.is_empty() && p.mask_replacement.is_some() {
+            return invalid(format!("{at}: mask-replacement without mask"));
         }
         let mut added = BTreeSet::new();
         for name in p.static_columns.keys().chain(p.metadata.values()) {
@@ -101,11 +116,12 @@ pub(crate) fn validate(policies: &[ColumnPolicy]) -> Result<(), ConfigError> {
         if let Some(c) = p
             .hash
             .iter()
+            .chain(&p.mask)
             .chain(p.rename.keys())
             .find(|c| dropped.contains(c))
         {
             return invalid(format!(
-                "{at}: column `{c}` is excluded and also hashed or renamed"
+                "{at}: column `{c}` is excluded and also hashed, masked or renamed"
             ));
         }
         let mut targets = BTreeSet::new();
@@ -185,7 +201,15 @@ mod tests {
                 "[[columns]]\nhash = [\"a\"]\nhash-key = \"short\"\n",
                 "use at least 16",
             ),
-            ("[[columns]]\nexclude = [\"a\"]\nmask = [\"b\"]\n", "mask"),
+            ("[[columns]]\nexclude = [\"a\"]\nblank = [\"b\"]\n", "blank"),
+            (
+                "[[columns]]\nmask = [\"a\"]\nhash = [\"a\"]\nhash-key = \"env:K\"\n",
+                "both hashed and masked",
+            ),
+            (
+                "[[columns]]\nexclude = [\"a\"]\nmask-replacement = \"x\"\n",
+                "mask-replacement without mask",
+            ),
         ] {
             let err = parse(text).unwrap_err();
             assert!(err.to_string().contains(says), "{text}: {err}");

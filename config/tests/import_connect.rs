@@ -518,6 +518,30 @@ fn replace_field_and_insert_field_transforms_become_column_policies() {
 }
 
 #[test]
+fn a_mask_field_transform_becomes_a_masking_column_policy() {
+    let mut input = fixture("confluent-jdbc-sink-replacefield.json");
+    input.text = input.text.replace(
+        "\"transforms\": \"drop,rename,meta,key,route\",",
+        "\"transforms\": \"drop,rename,meta,key,route,hide,zero\", \
+         \"transforms.hide.type\": \"org.apache.kafka.connect.transforms.MaskField$Value\", \
+         \"transforms.hide.fields\": \"email, phone\", \"transforms.hide.replacement\": \"***\", \
+         \"transforms.zero.type\": \"org.apache.kafka.connect.transforms.MaskField$Value\", \
+         \"transforms.zero.fields\": \"salary\",",
+    );
+    let i = import(&[input], &Options::default()).expect("import");
+    let c = load(&i, &[]);
+    assert_eq!(c.columns.len(), 5, "{}", i.toml);
+    assert_eq!(c.columns[3].mask, ["email", "phone"]);
+    assert_eq!(c.columns[3].mask_replacement.as_deref(), Some("***"));
+    assert_eq!(c.columns[4].mask, ["salary"]);
+    assert_eq!(
+        c.columns[4].mask_replacement, None,
+        "the type's empty value"
+    );
+    assert!(dropped(&i).is_empty(), "{:?}", dropped(&i));
+}
+
+#[test]
 fn a_field_transform_before_the_unwrap_smt_is_not_carried() {
     let mut input = fixture("debezium-jdbc-sink-rewrite.json");
     input.text = input.text.replace(

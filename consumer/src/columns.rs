@@ -1,7 +1,7 @@
 //! The `[[columns]]` policies, applied to each decoded batch once, before any sink sees it: the
 //! raw layer and the replica hold the same columns. Fields of the key record and of the row
-//! images (`before` and `after`; a flattened record's `after`) are excluded, kept, renamed or
-//! replaced by their keyed hash, and fixed values and record metadata are added to the row
+//! images (`before` and `after`; a flattened record's `after`) are excluded, kept, renamed,
+//! replaced by their keyed hash or masked, and fixed values and record metadata are added to the row
 //! images; the envelope's other columns are left alone.
 
 use std::collections::{HashMap, HashSet};
@@ -30,6 +30,8 @@ struct Policy {
     rename: HashMap<String, String>,
     hash: HashSet<String>,
     key: Vec<u8>,
+    mask: HashSet<String>,
+    mask_replacement: Option<String>,
     static_columns: Vec<(String, String)>,
     metadata: Vec<(Metadata, String)>,
 }
@@ -77,6 +79,8 @@ impl Columns {
                 include: set(&p.include),
                 rename: p.rename.clone().into_iter().collect(),
                 hash: set(&p.hash),
+                mask: set(&p.mask),
+                mask_replacement: p.mask_replacement.clone(),
                 key: p
                     .hash_key
                     .as_ref()
@@ -141,9 +145,13 @@ impl Policy {
     /// The key record: renamed and hashed like the images, so its fields still name the
     /// images' columns; a key field is never left out (the replica keys rows by it).
     fn key(&self, field: &Field, s: &StructArray) -> anyhow::Result<(Field, ArrayRef)> {
-        if let Some(f) = s.fields().iter().find(|f| self.exclude.contains(f.name())) {
+        if let Some(f) = s
+            .fields()
+            .iter()
+            .find(|f| self.exclude.contains(f.name()) || self.mask.contains(f.name()))
+        {
             anyhow::bail!(
-                "column `{}` is in the record key: it cannot be excluded (rows are keyed by it); hash it instead",
+                "column `{}` is in the record key: it cannot be excluded or masked (rows are keyed by it); hash it instead",
                 f.name()
             );
         }
@@ -186,6 +194,9 @@ impl Policy {
             if self.hash.contains(f.name()) {
                 a = self.hashed(f.name(), &a)?;
                 f = hashed_field(&f);
+            }
+            if self.mask.contains(f.name()) {
+                a = masked(f.name(), &a, self.mask_replacement.as_deref())?;
             }
             if let Some(to) = self.rename.get(f.name()) {
                 f = renamed(&f, to);
@@ -295,6 +306,47 @@ impl Policy {
     }
 }
 
+/// `a` with each value replaced (Kafka Connect's `MaskField`): by `with`, text read as the
+/// column's type, else by the type's empty value (0, `""`, empty bytes, false, the epoch);
+/// nulls stay null.
+fn masked(name: &str, a: &ArrayRef, with: Option<&str>) -> anyhow::Result<ArrayRef> {
+    use arrow_array::{BinaryArray, BooleanArray, Int32Array, UInt32Array};
+    let ty = a.data_type();
+    let strict = arrow_cast::CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    let cast = |from: ArrayRef| arrow_cast::cast_with_options(&from, ty, &strict);
+    let one = match (with, ty) {
+        (Some(text), _) => cast(Arc::new(StringArray::from(vec![text]))).with_context(|| {
+            format!("column `{name}` is {ty}: mask-replacement {text:?} is not a value of it")
+        })?,
+        (None, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View) => {
+            cast(Arc::new(StringArray::from(vec![""])))?
+        }
+        (None, DataType::Binary | DataType::LargeBinary | DataType::BinaryView) => {
+            cast(Arc::new(BinaryArray::from(vec![&b""[..]])))?
+        }
+        (None, DataType::Boolean) => Arc::new(BooleanArray::from(vec![false])),
+        (None, DataType::Date32 | DataType::Time32(_)) => {
+            cast(Arc::new(Int32Array::from(vec![0])))?
+        }
+        (None, t) if t.is_numeric() || t.is_temporal() => {
+            cast(Arc::new(arrow_array::Int64Array::from(vec![0])))?
+        }
+        (None, t) => anyhow::bail!(
+            "column `{name}` is {t}: mask applies to text, binary, numeric, boolean, date and time columns"
+        ),
+    };
+    let copies = arrow_select::take::take(&one, &UInt32Array::from(vec![0u32; a.len()]), None)?;
+    let data = copies
+        .to_data()
+        .into_builder()
+        .nulls(a.nulls().cloned())
+        .build()?;
+    Ok(arrow_array::make_array(data))
+}
+
 /// When each change happened at the source, µs: the envelope's `source.ts_us` or `ts_ms`, a
 /// flattened record's `__source_ts_us` or `__source_ts_ms` (`add.fields`).
 fn source_ts(rows: &RecordBatch, after: &StructArray) -> TimestampMicrosecondArray {
@@ -390,6 +442,8 @@ mod tests {
             rename: Default::default(),
             hash: vec![],
             hash_key: Some(Secret::new("0123456789abcdef-key")),
+            mask: vec![],
+            mask_replacement: None,
             static_columns: Default::default(),
             metadata: Default::default(),
         };
@@ -572,6 +626,8 @@ mod tests {
             rename: Default::default(),
             hash: vec![],
             hash_key: None,
+            mask: vec![],
+            mask_replacement: None,
             static_columns: Default::default(),
             metadata: Default::default(),
         };
@@ -591,6 +647,73 @@ mod tests {
     }
 
     #[test]
+    fn masked_columns_take_their_types_empty_value_or_the_replacement() {
+        let c = policy(|p| p.mask = vec!["email".into(), "note".into()]);
+        let out = c.apply(batch("t")).expect("masked");
+        for image in ["before", "after"] {
+            let s = out.rows.column_by_name(image).expect("image").as_struct();
+            let email = s.column_by_name("email").expect("email").as_string::<i32>();
+            assert_eq!(
+                email.iter().collect::<Vec<_>>(),
+                [Some(""), None],
+                "nulls stay"
+            );
+            let note = s.column_by_name("note").expect("note").as_string::<i32>();
+            assert_eq!(note.iter().collect::<Vec<_>>(), [Some(""), Some("")]);
+            assert_eq!(names(&out, image), ["id", "email", "ssn", "note"]);
+        }
+        let c = policy(|p| {
+            p.mask = vec!["ssn".into()];
+            p.mask_replacement = Some("***".into());
+        });
+        let out = c.apply(batch("t")).expect("masked");
+        let after = out.rows.column_by_name("after").expect("after").as_struct();
+        let ssn = after.column_by_name("ssn").expect("ssn").as_string::<i32>();
+        assert_eq!(ssn.iter().collect::<Vec<_>>(), [Some("***"), Some("***")]);
+        // Numbers, dates and flags become their zero; a replacement that is not a value of
+        // the column's type is refused, naming it.
+        let cases: Vec<(ArrayRef, ArrayRef)> = vec![
+            (
+                Arc::new(Int64Array::from(vec![Some(7), None])),
+                Arc::new(Int64Array::from(vec![Some(0), None])),
+            ),
+            (
+                Arc::new(arrow_array::Date32Array::from(vec![19_000])),
+                Arc::new(arrow_array::Date32Array::from(vec![0])),
+            ),
+            (
+                Arc::new(arrow_array::BooleanArray::from(vec![true])),
+                Arc::new(arrow_array::BooleanArray::from(vec![false])),
+            ),
+            (
+                Arc::new(
+                    arrow_array::Decimal128Array::from(vec![12_345])
+                        .with_precision_and_scale(10, 2)
+                        .expect("decimal"),
+                ),
+                Arc::new(
+                    arrow_array::Decimal128Array::from(vec![0])
+                        .with_precision_and_scale(10, 2)
+                        .expect("decimal"),
+                ),
+            ),
+        ];
+        for (value, want) in cases {
+            assert_eq!(&masked("c", &value, None).expect("masked"), &want);
+        }
+        let n: ArrayRef = Arc::new(Int64Array::from(vec![5]));
+        assert_eq!(
+            masked("n", &n, Some("-1")).expect("masked").as_ref(),
+            &Int64Array::from(vec![-1]) as &dyn Array
+        );
+        let err = masked("n", &n, Some("***")).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("column `n` is Int64"),
+            "{err:#}"
+        );
+    }
+
+    #[test]
     fn a_key_column_cannot_be_excluded_and_a_struct_cannot_be_hashed() {
         let c = policy(|p| p.exclude = vec!["id".into()]);
         let err = c.apply(batch("t")).unwrap_err();
@@ -599,6 +722,12 @@ mod tests {
             "{err:#}"
         );
         assert!(format!("{err:#}").contains("t[0] offsets 0..=1"), "{err:#}");
+        let c = policy(|p| p.mask = vec!["id".into()]);
+        let err = c.apply(batch("t")).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("cannot be excluded or masked"),
+            "{err:#}"
+        );
         let c = policy(|p| p.hash = vec!["after".into()]);
         // Only fields of the images are columns: the envelope's own `after` is not one.
         assert!(c.apply(batch("t")).is_ok());

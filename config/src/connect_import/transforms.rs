@@ -11,6 +11,8 @@ const UNWRAP: &str = "io.debezium.transforms.ExtractNewRecordState";
 const REPLACE_FIELD: &str = "org.apache.kafka.connect.transforms.ReplaceField$Value";
 /// Kafka Connect's fixed and metadata fields, on the record value.
 const INSERT_FIELD: &str = "org.apache.kafka.connect.transforms.InsertField$Value";
+/// Kafka Connect's value masking, on the record value.
+const MASK_FIELD: &str = "org.apache.kafka.connect.transforms.MaskField$Value";
 /// Kafka Connect's record key from value fields.
 const VALUE_TO_KEY: &str = "org.apache.kafka.connect.transforms.ValueToKey";
 /// Kafka Connect's topic renamer, which names a JDBC sink's tables.
@@ -51,7 +53,7 @@ pub(super) fn transforms(cfg: &mut Cfg<'_>, part: &mut Connector) -> Option<(Unw
         let envelope_level = unwrap_at.is_some_and(|u| at < u);
         // Mapped only as they apply to every record's row.
         let predicate = cfg.map.contains_key(&format!("{prefix}predicate")) || envelope_level;
-        if envelope_level && (ty == REPLACE_FIELD || ty == INSERT_FIELD) {
+        if envelope_level && (ty == REPLACE_FIELD || ty == INSERT_FIELD || ty == MASK_FIELD) {
             cfg.list_dropped(
                 format!("{prefix}*"),
                 format!(
@@ -97,6 +99,12 @@ pub(super) fn transforms(cfg: &mut Cfg<'_>, part: &mut Connector) -> Option<(Unw
         }
         if ty == INSERT_FIELD && !predicate {
             if let Some(policy) = insert_field(cfg, &prefix) {
+                columns.push(policy);
+            }
+            continue;
+        }
+        if ty == MASK_FIELD && !predicate {
+            if let Some(policy) = mask_field(cfg, &prefix) {
                 columns.push(policy);
             }
             continue;
@@ -216,6 +224,31 @@ fn insert_field(cfg: &mut Cfg<'_>, prefix: &str) -> Option<Section> {
         policy.set("metadata", Value::Table(metadata));
     }
     (!policy.is_empty()).then_some(policy)
+}
+
+/// A `MaskField$Value` transform's keys → a `[[columns]]` policy masking the same fields with
+/// the same replacement.
+fn mask_field(cfg: &mut Cfg<'_>, prefix: &str) -> Option<Section> {
+    let fields: Vec<Value> = cfg
+        .take(&format!("{prefix}fields"))
+        .map(|f| split_list(&f))
+        .unwrap_or_default()
+        .into_iter()
+        .map(Value::String)
+        .collect();
+    let replacement = cfg.take(&format!("{prefix}replacement"));
+    for k in cfg.keys_with_prefix(prefix) {
+        cfg.drop(&k, "not a MaskField option lakesink knows");
+    }
+    if fields.is_empty() {
+        return None;
+    }
+    let mut policy = Section::default();
+    policy.set("mask", Value::Array(fields));
+    if let Some(r) = replacement {
+        policy.set("mask-replacement", Value::String(r));
+    }
+    Some(policy)
 }
 
 /// The unwrap SMT's other options: lakesink's own handling replaces them.

@@ -1,5 +1,5 @@
-//! `[[columns]]` end to end with real Debezium: a column excluded, one hashed, one renamed, a
-//! fixed one and metadata added, as the live service writes the raw layer and the replica. Neither holds the excluded column or
+//! `[[columns]]` end to end with real Debezium: a column excluded, one hashed, one renamed, one
+//! masked, a fixed one and metadata added, as the live service writes the raw layer and the replica. Neither holds the excluded column or
 //! the hashed values; both hold the same hashes, which are the HMAC of the source's values.
 
 use std::process::Command;
@@ -47,13 +47,13 @@ async fn excluded_hashed_and_renamed_columns_reach_both_sinks_alike() {
         &src,
         &[
             format!(
-                "CREATE TABLE public.\"{name}\" (id bigint PRIMARY KEY, email text, ssn text, qty integer)"
+                "CREATE TABLE public.\"{name}\" (id bigint PRIMARY KEY, email text, ssn text, qty integer, phone text)"
             ),
             format!(
                 "INSERT INTO public.\"{name}\" SELECT i, 'user' || i || '@example.com', \
-                 'ssn-' || i, i FROM generate_series(1, 20) i"
+                 'ssn-' || i, i, 'phone-' || i FROM generate_series(1, 20) i"
             ),
-            format!("INSERT INTO public.\"{name}\" VALUES (21, NULL, 'ssn-21', 21)"),
+            format!("INSERT INTO public.\"{name}\" VALUES (21, NULL, 'ssn-21', 21, NULL)"),
         ],
     )
     .await;
@@ -68,7 +68,7 @@ async fn excluded_hashed_and_renamed_columns_reach_both_sinks_alike() {
     connector.read(1).await; // the topic exists
     let topic = connector.topic.clone();
     let policy = format!(
-        "[[columns]]\ntopics = \"{}\"\nexclude = [\"ssn\"]\nhash = [\"email\"]\nhash-key = \"env:LAKESINK_HASH_KEY\"\nrename = {{ qty = \"quantity\" }}\nstatic = {{ region = \"eu\" }}\nmetadata = {{ op = \"__op\", source-ts = \"changed_at\", offset = \"kafka_offset\" }}\n",
+        "[[columns]]\ntopics = \"{}\"\nexclude = [\"ssn\"]\nhash = [\"email\"]\nhash-key = \"env:LAKESINK_HASH_KEY\"\nrename = {{ qty = \"quantity\" }}\nmask = [\"phone\"]\nmask-replacement = \"***\"\nstatic = {{ region = \"eu\" }}\nmetadata = {{ op = \"__op\", source-ts = \"changed_at\", offset = \"kafka_offset\" }}\n",
         regex_escape(&topic)
     );
     let run = Run::with(
@@ -135,12 +135,23 @@ async fn excluded_hashed_and_renamed_columns_reach_both_sinks_alike() {
             "id",
             "email",
             "quantity",
+            "phone",
             "region",
             "__op",
             "changed_at",
             "kafka_offset"
         ]
     );
+    // The masked column: the replacement, NULL kept.
+    let phones: Vec<(Option<String>,)> = sqlx::query_as(AssertSqlSafe(format!(
+        "SELECT phone FROM public.\"{name}\" ORDER BY id"
+    )))
+    .fetch_all(&rep)
+    .await
+    .expect("phones");
+    let mut want_phones = vec![(Some("***".to_owned()),); 20];
+    want_phones.push((None,));
+    assert_eq!(phones, want_phones);
     // The added columns: a fixed value, the operation, the source's time, the offset.
     let added: Vec<(i64, String, String, bool, i64)> = sqlx::query_as(AssertSqlSafe(format!(
         "SELECT id, region, __op, changed_at > now() - interval '1 hour', kafka_offset \
@@ -161,6 +172,7 @@ async fn excluded_hashed_and_renamed_columns_reach_both_sinks_alike() {
     let files = run.files("").await;
     assert!(!files.is_empty(), "the raw layer has files");
     let mut raw_emails = Vec::new();
+    let mut raw_phones = Vec::new();
     for (schema, batches) in &files {
         let mut all = Vec::new();
         for f in schema.fields() {
@@ -170,9 +182,18 @@ async fn excluded_hashed_and_renamed_columns_reach_both_sinks_alike() {
         assert!(all.iter().any(|n| n == "quantity"), "{all:?}");
         for b in batches {
             raw_emails.extend(after_emails(b));
+            raw_phones.extend(after_text(b, "phone"));
         }
     }
     assert_eq!(raw_emails.len(), 22, "21 snapshot rows and an update");
+    assert_eq!(raw_phones.len(), 22);
+    assert!(
+        raw_phones
+            .iter()
+            .all(|p| p.as_deref() == Some("***") || p.is_none()),
+        "{raw_phones:?}"
+    );
+    assert_eq!(raw_phones.iter().filter(|p| p.is_none()).count(), 1);
     for (id, email) in raw_emails {
         let want = match id {
             21 => None,
@@ -188,6 +209,21 @@ async fn excluded_hashed_and_renamed_columns_reach_both_sinks_alike() {
     connector.stop(&src).await;
     exec(&src, &[format!("DROP TABLE public.\"{name}\"")]).await;
     exec(&rep, &[format!("DROP TABLE public.\"{name}\"")]).await;
+}
+
+/// `column`'s text in each row's `after` image that has one.
+fn after_text(b: &RecordBatch, column: &str) -> Vec<Option<String>> {
+    let Some(after) = b.column_by_name("after").and_then(|a| a.as_struct_opt()) else {
+        return Vec::new();
+    };
+    let values = after
+        .column_by_name(column)
+        .expect("column")
+        .as_string::<i32>();
+    (0..b.num_rows())
+        .filter(|r| after.is_valid(*r))
+        .map(|r| values.is_valid(r).then(|| values.value(r).to_owned()))
+        .collect()
 }
 
 /// (id, email) of each row's `after` image that has one.
