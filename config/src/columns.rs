@@ -58,6 +58,10 @@ pub enum Metadata {
     Topic,
     Partition,
     Offset,
+    /// When lakesink took the change in (`timestamptz`): every sink gets the same value, so
+    /// the replica's is when its row was written, to the transaction's latency, and a
+    /// replay keeps the raw layer's.
+    UpdatedAt,
 }
 
 /// Checks what needs no secret's value.

@@ -246,6 +246,7 @@ impl Policy {
                 .cloned()
                 .with_context(|| format!("the batch has no {name} column"))
         };
+        let now_us = chrono::Utc::now().timestamp_micros();
         for (what, name) in &self.metadata {
             let a: ArrayRef = match what {
                 Metadata::Op => col("__op")?,
@@ -257,6 +258,9 @@ impl Policy {
                 Metadata::Offset => col("__offset")?,
                 Metadata::KafkaTs => col("__timestamp")?,
                 Metadata::SourceTs => Arc::new(source_ts(rows, s)),
+                Metadata::UpdatedAt => {
+                    Arc::new(TimestampMicrosecondArray::from_value(now_us, n).with_timezone("UTC"))
+                }
             };
             put(name, a)?;
         }
@@ -576,10 +580,13 @@ mod tests {
                 (Metadata::Offset, "kafka_offset".to_owned()),
                 (Metadata::Topic, "__topic".to_owned()),
                 (Metadata::SourceTs, "changed_at".to_owned()),
+                (Metadata::UpdatedAt, "__updated_at".to_owned()),
             ]
             .into();
         });
+        let before = chrono::Utc::now().timestamp_micros();
         let b = c.apply(batch("db.public.users")).expect("applies");
+        let after_apply = chrono::Utc::now().timestamp_micros();
         assert_eq!(
             names(&b, "after"),
             [
@@ -590,7 +597,8 @@ mod tests {
                 "region",
                 "changed_at",
                 "__topic",
-                "kafka_offset"
+                "kafka_offset",
+                "__updated_at"
             ]
         );
         assert_eq!(
@@ -609,6 +617,20 @@ mod tests {
         assert_eq!(source_name(f).as_deref(), Some("__topic"));
         // No source block in this batch: no source time.
         assert_eq!(after.column_by_name("changed_at").unwrap().null_count(), 2);
+        // When it was taken in: one time for the batch, in UTC.
+        let updated = after.column_by_name("__updated_at").unwrap();
+        assert_eq!(
+            updated.data_type(),
+            &DataType::Timestamp(arrow_schema::TimeUnit::Microsecond, Some("UTC".into()))
+        );
+        let updated = updated.as_primitive::<arrow_array::types::TimestampMicrosecondType>();
+        assert!(
+            updated
+                .values()
+                .iter()
+                .all(|t| (before..=after_apply).contains(t)),
+            "{updated:?}"
+        );
         let clash = policy(|p| p.static_columns = [("email".to_owned(), "x".to_owned())].into());
         let err = clash.apply(batch("t")).unwrap_err();
         assert!(
