@@ -289,13 +289,16 @@ pub enum DeletePolicy {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SchemaEvolution {
-    /// A column the table lacks is an error.
+    /// A column the table lacks is an error (Flink CDC's `exception`: `error`).
+    #[serde(alias = "error")]
     None,
     /// Add columns the writer schema gained; never drop or narrow.
     #[default]
     Basic,
     /// As `basic`, and widen a column whose source type widened (`integer` → `bigint`,
-    /// `real` → `double precision`, `numeric` precision, `character(n)` length).
+    /// `real` → `double precision`, `numeric` precision, `character(n)` length); a column
+    /// the source dropped or made nullable becomes nullable (Flink CDC's `lenient`).
+    #[serde(alias = "lenient")]
     Evolve,
 }
 
@@ -674,6 +677,23 @@ deleted-at-column = "gone_at"
         );
         let hard = ReplicaConfig::new("postgres://h/db");
         assert_eq!(hard.delete_policy("public.t"), DeletePolicy::Hard);
+    }
+
+    #[test]
+    fn flink_cdcs_schema_change_names_are_taken_but_ignore() {
+        for (name, want) in [
+            ("error", SchemaEvolution::None),
+            ("lenient", SchemaEvolution::Evolve),
+        ] {
+            let c = parse(&format!(
+                "url = \"postgres://h/db\"\nschema-evolution = \"{name}\"\n"
+            ))
+            .expect("valid");
+            assert_eq!(c.replica.expect("replica").schema_evolution, want);
+        }
+        // Dropping what the table lacks would lose it silently.
+        let err = parse("url = \"postgres://h/db\"\nschema-evolution = \"ignore\"\n").unwrap_err();
+        assert!(err.to_string().contains("ignore"), "{err}");
     }
 
     #[test]
