@@ -512,6 +512,55 @@ async fn every_mariadb_type_reaches_the_replica_and_the_raw_layer() {
             .collect(),
     );
 
+    // The stale-event guard's positions from a real binlog: each row's is the binlog file
+    // (padded), position and row, and every streamed change orders after the snapshot.
+    let (guarded, guarded_schema) = replicator(|c| c.stale_guard = true).await;
+    guarded
+        .apply("mariadb-guarded", &batches)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let positions: Vec<(i32, String)> = rows(
+        &guarded,
+        &format!("SELECT id, __source_position FROM \"{guarded_schema}\".\"{types}\" ORDER BY id"),
+    )
+    .await;
+    assert_eq!(positions.len(), source.len());
+    let shaped = |p: &str| {
+        let parts: Vec<&str> = p.rsplitn(3, ':').collect();
+        parts.len() == 3
+            && parts[0].len() == 10
+            && parts[1].len() == 20
+            && parts[..2]
+                .iter()
+                .all(|n| n.bytes().all(|b| b.is_ascii_digit()))
+            && parts[2]
+                .rsplit('.')
+                .next()
+                .is_some_and(|n| n.len() == 10 && n.bytes().all(|b| b.is_ascii_digit()))
+    };
+    for (id, p) in &positions {
+        assert!(shaped(p), "{id}: {p}");
+    }
+    let latest_snapshot = positions
+        .iter()
+        .filter(|(id, _)| *id < 1000)
+        .map(|p| &p.1)
+        .max();
+    let earliest_stream = positions
+        .iter()
+        .filter(|(id, _)| *id >= 1000)
+        .map(|p| &p.1)
+        .min();
+    assert!(
+        latest_snapshot < earliest_stream,
+        "{latest_snapshot:?} < {earliest_stream:?}"
+    );
+    assert_eq!(
+        guarded.take_stale(),
+        [],
+        "the stream in order is never stale"
+    );
+
     // The raw layer, flattened, read by pyarrow and by DuckDB.
     let topic = capture.topics[0].clone();
     let mine: Vec<_> = batches
