@@ -8,6 +8,7 @@ mod columns;
 pub mod connect_import;
 mod errors;
 mod kafka_security;
+mod lake;
 mod non_data;
 mod overrides;
 mod raw;
@@ -27,6 +28,7 @@ pub use errors::{ErrorsConfig, Tolerance};
 pub use kafka_security::{
     KafkaOAuth, KafkaSecurity, MskIam, SaslMechanism, SecurityProtocol, msk_region_of,
 };
+pub use lake::{CatalogKind, LakeConfig};
 pub use non_data::{NonDataAction, NonDataConfig};
 pub use overrides::ENV_PREFIX;
 pub use raw::{
@@ -51,6 +53,8 @@ pub struct Config {
     pub raw: Option<RawConfig>,
     /// The PostgreSQL replica; absent when lakesink writes only the raw layer.
     pub replica: Option<ReplicaConfig>,
+    /// Lake tables (Apache Iceberg); absent when none are written.
+    pub lake: Option<LakeConfig>,
     /// The HTTP endpoint, logs and shutdown.
     #[serde(default)]
     pub service: ServiceConfig,
@@ -382,6 +386,18 @@ impl Config {
             }
             secrets.push(("replica.url".into(), r.url.text_mut()));
         }
+        if let Some(l) = &mut self.lake {
+            if let Some(s) = &mut l.store.secret_access_key {
+                secrets.push(("lake.store.secret-access-key".into(), &mut s.0));
+            }
+            for (k, v) in &mut l.store.options {
+                secrets.push((format!("lake.store.options.{k}"), &mut v.0));
+            }
+            for (k, v) in &mut l.catalog_properties {
+                secrets.push((format!("lake.catalog-properties.{k}"), &mut v.0));
+            }
+            secrets.push(("lake.catalog-uri".into(), l.catalog_uri.text_mut()));
+        }
         for (i, c) in self.columns.iter_mut().enumerate() {
             if let Some(k) = &mut c.hash_key {
                 secrets.push((format!("columns[{i}].hash-key"), &mut k.0));
@@ -438,6 +454,9 @@ impl Config {
 
     fn validate(&self) -> Result<(), ConfigError> {
         columns::validate(&self.columns)?;
+        if let Some(l) = &self.lake {
+            l.validate()?;
+        }
         if let Some(a) = &self.alerts {
             validate_alerts(a)?;
         }

@@ -29,6 +29,7 @@ use clap::{Parser, Subcommand};
 use lakesink_config::{Config, LogFormat, PayloadIds, RecordFormat};
 use lakesink_model::{Backoff, Classify, Failure, retrying};
 use lakesink_schema_registry::{CachedResolver, FixedResolver, Format, HttpRegistry, IdKind};
+use lakesink_writers::lake::{LAKE, LakeSink};
 use lakesink_writers::parquet::{ParquetWriter, RawSink};
 use lakesink_writers::postgres::{Rejects, ReplicaSink};
 use lakesink_writers::sink::{Meter, Sink};
@@ -159,9 +160,12 @@ async fn start() -> anyhow::Result<ExitCode> {
     if config.replica.is_some() {
         names.push(REPLICA);
     }
+    if config.lake.is_some() {
+        names.push(LAKE);
+    }
     if names.is_empty() {
         anyhow::bail!(
-            "no sink is configured: add a [raw] or [replica] section (or use `lakesink tail` to print rows)"
+            "no sink is configured: add a [raw], [replica] or [lake] section (or use `lakesink tail` to print rows)"
         );
     }
     let alerter = match &config.alerts {
@@ -222,6 +226,18 @@ async fn run(config: &Config, telemetry: Arc<Telemetry>) -> anyhow::Result<()> {
         .await
         .map_err(|e| Failure::in_sink(REPLICA, e))?;
         enabled.push(Box::new(replica));
+    }
+    if let Some(l) = &config.lake {
+        let meter: Arc<dyn Meter> = telemetry.clone();
+        let lake = retrying(
+            Backoff::DEFAULT,
+            &*telemetry,
+            Some(LAKE),
+            "connecting to the lake catalog",
+            || LakeSink::connect(l, &config.kafka.group_id, meter.clone()),
+        )
+        .await?;
+        enabled.push(Box::new(lake));
     }
     let sinks = (enabled, telemetry);
     let shutdown = Duration::from_millis(config.service.shutdown_timeout_ms);

@@ -20,6 +20,12 @@ pub const REPLICA_AFTER_COPY: &str = "replica.after-copy";
 pub const REPLICA_BEFORE_COMMIT: &str = "replica.before-commit";
 /// The replica: the transaction committed, the offsets not yet stored in Kafka.
 pub const REPLICA_AFTER_COMMIT: &str = "replica.after-commit";
+/// The lake: a data file about to be uploaded.
+pub const LAKE_BEFORE_UPLOAD: &str = "lake.before-upload";
+/// The lake: a table's files uploaded, the snapshot not yet committed.
+pub const LAKE_BEFORE_COMMIT: &str = "lake.before-commit";
+/// The lake: the snapshot committed, its receipt not yet handed back.
+pub const LAKE_AFTER_COMMIT: &str = "lake.after-commit";
 /// Kafka: offsets stored, the commit not yet sent.
 pub const KAFKA_AFTER_STORE: &str = "kafka.after-store";
 
@@ -32,6 +38,9 @@ pub const ALL: &[&str] = &[
     REPLICA_AFTER_COPY,
     REPLICA_BEFORE_COMMIT,
     REPLICA_AFTER_COMMIT,
+    LAKE_BEFORE_UPLOAD,
+    LAKE_BEFORE_COMMIT,
+    LAKE_AFTER_COMMIT,
     KAFKA_AFTER_STORE,
 ];
 

@@ -2,6 +2,7 @@
 //! and replay. Writers take plain values (topic, partition, offsets), never rdkafka types.
 
 pub mod failpoint;
+pub mod lake;
 pub mod parquet;
 pub mod postgres;
 pub mod replay;

@@ -11,6 +11,7 @@ mod alerts;
 mod check;
 mod columns;
 mod dead_letter;
+mod lake;
 mod non_data;
 mod raw;
 mod raw_headers;

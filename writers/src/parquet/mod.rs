@@ -39,6 +39,7 @@ pub use rolling::{RollingPolicy, Rotation, SegmentStats};
 pub use sink::RawSink;
 pub use uploads::Receipt;
 pub use writer::ParquetWriter;
+pub(crate) use writer::compression;
 
 /// The raw layer's name as a sink.
 pub const RAW: &str = "raw";

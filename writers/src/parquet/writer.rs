@@ -114,16 +114,20 @@ fn rotations(config: &RawConfig) -> Vec<Rotation> {
     rules
 }
 
-fn properties(config: &RawConfig) -> WriterProperties {
-    let compression = match config.codec {
+/// Parquet's compression for a `codec` setting (the raw layer's and the lake's).
+pub(crate) fn compression(codec: Codec) -> Compression {
+    match codec {
         Codec::None => Compression::UNCOMPRESSED,
         Codec::Snappy => Compression::SNAPPY,
         Codec::Zstd => Compression::ZSTD(ZstdLevel::default()),
         Codec::Gzip => Compression::GZIP(GzipLevel::default()),
         Codec::Lz4 => Compression::LZ4_RAW,
-    };
+    }
+}
+
+fn properties(config: &RawConfig) -> WriterProperties {
     WriterProperties::builder()
-        .set_compression(compression)
+        .set_compression(compression(config.codec))
         .set_max_row_group_row_count(Some(config.row_group_rows))
         .set_created_by(format!("lakesink {}", env!("CARGO_PKG_VERSION")))
         // A new value on every row: a dictionary would be built, then dropped at its

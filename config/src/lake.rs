@@ -1,0 +1,205 @@
+//! `[lake]`: lake tables, one Apache Iceberg table per source table, committed with the Kafka
+//! offsets they cover. Names follow Apache Iceberg's Kafka Connect sink where it has the same
+//! setting (its name is given in each doc).
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use crate::{Codec, ConfigError, Content, DbUrl, Secret, StoreConfig};
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct LakeConfig {
+    /// The catalog that holds the tables (`iceberg.catalog.type`).
+    #[serde(default)]
+    pub catalog: CatalogKind,
+    /// `sql`: the PostgreSQL database of the catalog's two tables (`iceberg_tables`,
+    /// `iceberg_namespace_properties`, as Iceberg's JDBC catalog and pyiceberg's SQL catalog
+    /// read them). `rest`: the REST catalog's base URL (`iceberg.catalog.uri`).
+    pub catalog_uri: DbUrl,
+    /// The catalog's name (`iceberg.catalog`): the `catalog_name` column of the SQL catalog.
+    #[serde(default = "default_catalog_name")]
+    pub catalog_name: String,
+    /// Other catalog properties passed through as they are (`iceberg.catalog.*`): a REST
+    /// catalog's `credential`, `token`, `oauth2-server-uri`, `scope`, `prefix`, ….
+    #[serde(default)]
+    pub catalog_properties: BTreeMap<String, Secret>,
+    /// Where new tables live: `s3://bucket/prefix`, `file:///path`, … (`iceberg.catalog.warehouse`).
+    pub warehouse: String,
+    /// Object store connection settings, as `[raw.store]`.
+    #[serde(default)]
+    pub store: StoreConfig,
+    /// The namespace tables are created in; dots separate levels (`analytics.cdc`).
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    /// Table name template over `${topic}`; dots in the result become underscores.
+    #[serde(default = "default_table_name_format")]
+    pub table_name_format: String,
+    /// What a row holds, as `[raw] content`.
+    #[serde(default)]
+    pub content: Content,
+    /// Commit a table's files at least this often (`iceberg.control.commit.interval-ms`).
+    #[serde(default = "default_commit_interval_ms")]
+    pub commit_interval_ms: u64,
+    /// Commit a table once its open files hold this many bytes (encoded).
+    #[serde(default = "default_commit_bytes")]
+    pub commit_bytes: u64,
+    /// The memory all open files may hold; past it the largest table commits early.
+    #[serde(default = "default_memory_budget")]
+    pub memory_budget_bytes: u64,
+    /// Rows per Parquet row group.
+    #[serde(default = "default_row_group_rows")]
+    pub row_group_rows: usize,
+    /// `write.parquet.compression-codec`.
+    #[serde(default = "default_codec")]
+    pub codec: Codec,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CatalogKind {
+    /// A SQL catalog in PostgreSQL: no service beyond the database.
+    #[default]
+    Sql,
+    /// An Iceberg REST catalog (Polaris, Lakekeeper, Nessie, Glue, S3 Tables, Unity, …).
+    Rest,
+}
+
+fn default_catalog_name() -> String {
+    "lakesink".into()
+}
+fn default_namespace() -> String {
+    "lakesink".into()
+}
+fn default_table_name_format() -> String {
+    "${topic}".into()
+}
+fn default_commit_interval_ms() -> u64 {
+    60_000
+}
+fn default_commit_bytes() -> u64 {
+    128 << 20
+}
+fn default_memory_budget() -> u64 {
+    256 << 20
+}
+fn default_row_group_rows() -> usize {
+    128 * 1024
+}
+fn default_codec() -> Codec {
+    Codec::Zstd
+}
+
+impl LakeConfig {
+    /// The table a topic's rows go to: `table-name-format` with `${topic}` replaced, dots
+    /// to underscores (a dot would be a namespace level).
+    pub fn table_name(&self, topic: &str) -> String {
+        self.table_name_format
+            .replace("${topic}", topic)
+            .replace('.', "_")
+    }
+
+    /// The namespace's levels.
+    pub fn namespace_levels(&self) -> Vec<String> {
+        self.namespace.split('.').map(str::to_owned).collect()
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |field, reason: &str| {
+            Err(ConfigError::Invalid {
+                field,
+                reason: reason.to_owned(),
+            })
+        };
+        if self.catalog_uri.expose().trim().is_empty() {
+            return invalid("lake.catalog-uri", "must not be empty");
+        }
+        match self.catalog {
+            CatalogKind::Sql if !self.catalog_uri.expose().starts_with("postgres") => {
+                return invalid(
+                    "lake.catalog-uri",
+                    "a SQL catalog lives in PostgreSQL: postgres://user@host:5432/db",
+                );
+            }
+            CatalogKind::Rest if !self.catalog_uri.expose().starts_with("http") => {
+                return invalid(
+                    "lake.catalog-uri",
+                    "a REST catalog is an http:// or https:// URL",
+                );
+            }
+            _ => {}
+        }
+        if !self.warehouse.contains("://") {
+            return invalid(
+                "lake.warehouse",
+                "must be a URL: s3://bucket/prefix, file:///path, gs://…, az://…",
+            );
+        }
+        if self.namespace.split('.').any(|l| l.trim().is_empty()) {
+            return invalid("lake.namespace", "has an empty level");
+        }
+        if !self.table_name_format.contains("${topic}") {
+            return invalid(
+                "lake.table-name-format",
+                "must contain ${topic}, or every topic would go to one table",
+            );
+        }
+        if self.commit_interval_ms == 0 {
+            return invalid("lake.commit-interval-ms", "must be at least 1");
+        }
+        if self.commit_bytes < 1 << 20 {
+            return invalid("lake.commit-bytes", "must be at least 1 MiB");
+        }
+        if self.memory_budget_bytes < self.commit_bytes {
+            return invalid(
+                "lake.memory-budget-bytes",
+                "must be at least lake.commit-bytes",
+            );
+        }
+        if self.row_group_rows == 0 {
+            return invalid("lake.row-group-rows", "must be at least 1");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lake(extra: &str) -> Result<LakeConfig, String> {
+        let text = format!(
+            "catalog-uri = \"postgres://u@127.0.0.1/db\"\nwarehouse = \"s3://lake/wh\"\n{extra}"
+        );
+        let c: LakeConfig = toml::from_str(&text).map_err(|e| e.to_string())?;
+        c.validate().map_err(|e| e.to_string())?;
+        Ok(c)
+    }
+
+    #[test]
+    fn defaults_name_tables_after_topics_in_one_namespace() {
+        let c = lake("").expect("valid");
+        assert_eq!(c.catalog, CatalogKind::Sql);
+        assert_eq!(c.table_name("demo.public.orders"), "demo_public_orders");
+        assert_eq!(c.namespace_levels(), vec!["lakesink".to_owned()]);
+        assert_eq!(c.commit_interval_ms, 60_000);
+        let c = lake("namespace = \"a.b\"\ntable-name-format = \"cdc_${topic}\"").expect("valid");
+        assert_eq!(c.namespace_levels(), vec!["a".to_owned(), "b".to_owned()]);
+        assert_eq!(c.table_name("x.y"), "cdc_x_y");
+    }
+
+    #[test]
+    fn settings_that_would_misroute_or_never_commit_are_refused() {
+        for (extra, field) in [
+            ("table-name-format = \"t\"", "table-name-format"),
+            ("namespace = \"a..b\"", "namespace"),
+            ("commit-interval-ms = 0", "commit-interval-ms"),
+            ("catalog = \"rest\"", "catalog-uri"),
+            ("commit-bytes = 10", "commit-bytes"),
+        ] {
+            let e = lake(extra).expect_err(extra);
+            assert!(e.contains(field), "{extra}: {e}");
+        }
+    }
+}

@@ -1,0 +1,95 @@
+"""Reads a lake table as its users would and compares it with the raw layer, printing JSON for
+consumer/tests/lakesink/lake.rs.
+
+    read_iceberg.py REQUEST_JSON
+
+The request names the SQL catalog (`catalog_uri`, a SQLAlchemy URL, and `catalog_name`), the
+table (`table`, `namespace.name`), the S3 endpoint and credentials (`s3`), and the raw layer's
+files (`bucket`, `raw_keys`). The table is read with pyiceberg (its SQL catalog and pyarrow
+file I/O) and queried with DuckDB over pyiceberg's scan; the raw files with pyarrow. Out:
+
+    offsets         [partition, offset] of every row pyiceberg reads
+    duckdb_offsets  the same, from DuckDB
+    summary         the current snapshot's summary
+    schema          the table's schema as pyiceberg prints it
+    compared        rows compared with the raw layer (key, before, after, op, source)
+    mismatches      the first differences: (partition, offset, column, lake, raw)
+"""
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from read_parquet import render  # noqa: E402
+
+COMPARED = ("key", "before", "after", "op", "source", "ts_ms")
+
+
+def main():
+    req = json.loads(sys.argv[1])
+    from pyiceberg.catalog.sql import SqlCatalog
+    import pyarrow.fs
+    import pyarrow.parquet as pq
+
+    s3 = req["s3"]
+    catalog = SqlCatalog(
+        req["catalog_name"],
+        uri=req["catalog_uri"],
+        **{
+            "s3.endpoint": s3["endpoint"],
+            "s3.access-key-id": s3["key"],
+            "s3.secret-access-key": s3["secret"],
+            "s3.region": s3["region"],
+        },
+    )
+    table = catalog.load_table(req["table"])
+    lake = table.scan().to_arrow()
+    out = {
+        "schema": str(table.schema()),
+        "summary": dict(table.current_snapshot().summary.additional_properties)
+        if table.current_snapshot()
+        else {},
+    }
+    parts = lake.column("__partition").to_pylist()
+    offs = lake.column("__offset").to_pylist()
+    out["offsets"] = sorted([p, o] for p, o in zip(parts, offs))
+    con = table.scan().to_duckdb(table_name="lake")
+    out["duckdb_offsets"] = [list(r) for r in con.execute(
+        "SELECT __partition, __offset FROM lake ORDER BY 1, 2").fetchall()]
+
+    fs = pyarrow.fs.S3FileSystem(
+        endpoint_override=s3["endpoint"].split("://", 1)[1],
+        scheme=s3["endpoint"].split("://", 1)[0],
+        access_key=s3["key"],
+        secret_key=s3["secret"],
+        region=s3["region"],
+    )
+    raw = {}
+    for key in req["raw_keys"]:
+        t = pq.read_table(f"{req['bucket']}/{key}", filesystem=fs)
+        cols = [c for c in COMPARED if c in t.column_names]
+        for row in t.select(["__partition", "__offset"] + cols).to_pylist():
+            raw[(row["__partition"], row["__offset"])] = {c: row[c] for c in cols}
+    mismatches = []
+    compared = 0
+    cols = [c for c in COMPARED if c in lake.column_names]
+    for row in lake.select(["__partition", "__offset"] + cols).to_pylist():
+        at = (row["__partition"], row["__offset"])
+        want = raw.get(at)
+        if want is None:
+            mismatches.append([at[0], at[1], "*", "in the lake", "not in the raw layer"])
+            continue
+        compared += 1
+        for c in cols:
+            a, b = render(row[c]), render(want.get(c))
+            if a != b and len(mismatches) < 20:
+                mismatches.append([at[0], at[1], c, a, b])
+    out["compared"] = compared
+    out["raw_rows"] = len(raw)
+    out["mismatches"] = mismatches
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

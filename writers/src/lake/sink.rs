@@ -1,0 +1,755 @@
+//! [`LakeSink`]: change batches into per-partition data files of their lake table, committed
+//! per table on an interval or a size, the partitions' offsets in the same snapshot.
+//!
+//! - One table per topic (`table-name-format`), created on its first rows, its schema evolved
+//!   by adding the columns a new schema version brings.
+//! - Each Kafka partition has its own files, so a revoked partition's rows are dropped alone.
+//! - One commit per table runs at a time, in the background; rows go on arriving meanwhile.
+//! - A partition another instance committed meanwhile (a rebalance) is fenced: its rows are
+//!   dropped and it is read again from the table's offset.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+use iceberg::spec::Schema;
+use iceberg::table::Table;
+use iceberg::transaction::{AddColumn, ApplyTransactionAction, Transaction};
+use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation, TableIdent};
+use lakesink_config::LakeConfig;
+use lakesink_model::{Backoff, Fault, retrying};
+use lakesink_schema_registry::ChangeBatch;
+use object_store::ObjectStoreExt;
+use parquet::file::properties::WriterProperties;
+use tokio::task::JoinSet;
+use tracing::{debug, info};
+
+use super::catalog::{OneAttempt, is_conflict};
+use super::files::{OpenFile, Sealed, data_file, file_name, properties};
+use super::offsets::{self, Covered, Outcome};
+use super::storage::LakeStorage;
+use super::types::{conform, iceberg_schema, missing};
+use super::{LAKE, LakeError};
+use crate::parquet::content::shape;
+use crate::sink::{
+    Backpressure, Event, Held, Meter, Receipt, Resume, Rewound, Sink, SinkError, TopicPartition,
+};
+
+/// What the sink and its commits share.
+struct Shared {
+    config: LakeConfig,
+    catalog: OneAttempt,
+    storage: LakeStorage,
+    namespace: NamespaceIdent,
+    group: String,
+    props: WriterProperties,
+    meter: Arc<dyn Meter>,
+    /// Per partition, the next offset the table held when this instance last looked (at
+    /// assignment, after its commits): what a commit expects to find.
+    known: Mutex<HashMap<TopicPartition, Option<i64>>>,
+}
+
+impl Shared {
+    fn ident(&self, topic: &str) -> TableIdent {
+        TableIdent::new(self.namespace.clone(), self.config.table_name(topic))
+    }
+
+    fn known(&self, part: &TopicPartition) -> Option<i64> {
+        lock(&self.known).get(part).copied().flatten()
+    }
+
+    fn set_known(&self, part: &TopicPartition, at: Option<i64>) {
+        lock(&self.known).insert(part.clone(), at);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn fail(e: LakeError) -> SinkError {
+    SinkError::in_sink(LAKE, e)
+}
+
+/// A partition's rows not yet committed.
+struct PartRows {
+    sealed: Vec<Sealed>,
+    open: Option<OpenFile>,
+    first: i64,
+    last: i64,
+    rows: u64,
+}
+
+impl PartRows {
+    fn bytes(&self) -> usize {
+        self.sealed.iter().map(|s| s.bytes.len()).sum::<usize>()
+            + self.open.as_ref().map_or(0, OpenFile::bytes)
+    }
+}
+
+struct TableState {
+    ident: TableIdent,
+    table: Table,
+    parts: HashMap<TopicPartition, PartRows>,
+    /// When the oldest uncommitted rows arrived (wall clock, ms).
+    since_ms: Option<i64>,
+    /// The first offsets of the partitions in the running commit.
+    committing: HashMap<TopicPartition, i64>,
+    /// Bytes of the running commit's files.
+    committing_bytes: usize,
+}
+
+impl TableState {
+    fn bytes(&self) -> usize {
+        self.parts.values().map(PartRows::bytes).sum()
+    }
+    fn running(&self) -> bool {
+        !self.committing.is_empty()
+    }
+}
+
+/// A finished commit.
+struct Done {
+    table: String,
+    result: Result<Outcome, SinkError>,
+}
+
+pub struct LakeSink {
+    s: Arc<Shared>,
+    tables: HashMap<String, TableState>,
+    running: JoinSet<Done>,
+    /// Partitions let go of after a fence, with the offset they are read again from.
+    out: HashMap<TopicPartition, i64>,
+    /// Events found outside `next_event` (fences), handed out first.
+    queued: Vec<Event>,
+}
+
+impl LakeSink {
+    /// Opens the store and the catalog, and makes sure the namespace exists.
+    pub async fn connect(
+        config: &LakeConfig,
+        group: &str,
+        meter: Arc<dyn Meter>,
+    ) -> Result<Self, SinkError> {
+        let storage = LakeStorage::open(&config.warehouse, &config.store)
+            .map_err(|e| fail(LakeError::Config(format!("lake.warehouse: {e}"))))?;
+        let catalog = super::catalog::open(config, &storage)
+            .await
+            .map_err(|e| fail(LakeError::Catalog(e)))?;
+        let namespace = NamespaceIdent::from_vec(config.namespace_levels())
+            .map_err(|e| fail(LakeError::Config(format!("lake.namespace: {e}"))))?;
+        let s = Arc::new(Shared {
+            config: config.clone(),
+            catalog,
+            storage,
+            namespace,
+            group: group.to_owned(),
+            props: properties(config.codec, config.row_group_rows),
+            meter,
+            known: Mutex::default(),
+        });
+        retrying(
+            Backoff::DEFAULT,
+            &*s.meter,
+            Some(LAKE),
+            "creating the lake namespace",
+            || ensure_namespace(&s.catalog, &s.namespace),
+        )
+        .await
+        .map_err(fail)?;
+        Ok(Self {
+            s,
+            tables: HashMap::new(),
+            running: JoinSet::new(),
+            out: HashMap::new(),
+            queued: Vec::new(),
+        })
+    }
+
+    fn memory(&self) -> usize {
+        self.tables
+            .values()
+            .map(|t| t.bytes() + t.committing_bytes)
+            .sum()
+    }
+
+    /// The table's state, loading or creating the table on its first rows.
+    async fn table(
+        &mut self,
+        topic: &str,
+        first: &arrow_array::RecordBatch,
+    ) -> Result<&mut TableState, SinkError> {
+        let name = self.s.config.table_name(topic);
+        if !self.tables.contains_key(&name) {
+            let ident = self.s.ident(topic);
+            let schema = iceberg_schema(&first.schema()).map_err(|e| {
+                fail(LakeError::Data(format!(
+                    "topic {topic}: lake table {ident}: {e}"
+                )))
+            })?;
+            let s = self.s.clone();
+            let table = retrying(
+                Backoff::DEFAULT,
+                &*s.meter,
+                Some(LAKE),
+                "loading a lake table",
+                || load_or_create(&s, &ident, &schema),
+            )
+            .await
+            .map_err(fail)?;
+            self.tables.insert(
+                name.clone(),
+                TableState {
+                    ident,
+                    table,
+                    parts: HashMap::new(),
+                    since_ms: None,
+                    committing: HashMap::new(),
+                    committing_bytes: 0,
+                },
+            );
+        }
+        self.tables
+            .get_mut(&name)
+            .ok_or_else(|| fail(LakeError::Data(format!("no lake table {name}"))))
+    }
+
+    async fn take(&mut self, batch: &ChangeBatch, now_ms: i64) -> Result<(), SinkError> {
+        let part = TopicPartition::new(batch.topic.clone(), batch.partition);
+        if self.out.contains_key(&part) || batch.rows.num_rows() == 0 {
+            return Ok(());
+        }
+        let where_ = || {
+            format!(
+                "topic {} partition {} offsets {}..={}",
+                batch.topic, batch.partition, batch.first_offset, batch.last_offset
+            )
+        };
+        let shaped = shape(batch, self.s.config.content)
+            .map_err(|e| fail(LakeError::Data(format!("{}: {e}", where_()))))?;
+        let s = self.s.clone();
+        let state = self.table(&batch.topic, &shaped).await?;
+        let add = missing(
+            &shaped.schema(),
+            state.table.metadata().current_schema().as_struct(),
+        )
+        .map_err(|e| {
+            fail(LakeError::Data(format!(
+                "{}: lake table {}: {e}",
+                where_(),
+                state.ident
+            )))
+        })?;
+        if !add.is_empty() {
+            let ident = state.ident.clone();
+            let batch_schema = shaped.schema();
+            state.table = retrying(
+                Backoff::DEFAULT,
+                &*s.meter,
+                Some(LAKE),
+                "evolving a lake table's schema",
+                || evolve(&s.catalog, &ident, &batch_schema),
+            )
+            .await
+            .map_err(fail)?;
+        }
+        let rows =
+            conform(&shaped, state.table.metadata().current_schema().as_struct()).map_err(|e| {
+                fail(LakeError::Data(format!(
+                    "{}: lake table {}: {e}",
+                    where_(),
+                    state.ident
+                )))
+            })?;
+        let entry = state.parts.entry(part).or_insert_with(|| PartRows {
+            sealed: Vec::new(),
+            open: None,
+            first: batch.first_offset,
+            last: batch.last_offset,
+            rows: 0,
+        });
+        if entry
+            .open
+            .as_ref()
+            .is_some_and(|o| o.schema() != &rows.schema())
+            && let Some(o) = entry.open.take()
+        {
+            entry
+                .sealed
+                .push(o.seal().map_err(|e| fail(LakeError::Data(e)))?);
+        }
+        let open = match &mut entry.open {
+            Some(o) => o,
+            None => entry.open.insert(
+                OpenFile::new(rows.schema(), s.props.clone())
+                    .map_err(|e| fail(LakeError::Data(format!("{}: {e}", where_()))))?,
+            ),
+        };
+        open.write(&rows)
+            .map_err(|e| fail(LakeError::Data(format!("{}: {e}", where_()))))?;
+        entry.last = batch.last_offset;
+        entry.rows += rows.num_rows() as u64;
+        state.since_ms.get_or_insert(now_ms);
+        Ok(())
+    }
+
+    /// Starts the commits that are due: by size, by age, or everything (`all`, at close).
+    fn start_due(&mut self, now_ms: i64, all: bool) -> Result<(), SinkError> {
+        let interval = i64::try_from(self.s.config.commit_interval_ms).unwrap_or(i64::MAX);
+        let size = usize::try_from(self.s.config.commit_bytes).unwrap_or(usize::MAX);
+        let mut due: Vec<String> = self
+            .tables
+            .iter()
+            .filter(|(_, t)| !t.running() && !t.parts.is_empty())
+            .filter(|(_, t)| {
+                all || t.bytes() >= size
+                    || t.since_ms
+                        .is_some_and(|since| now_ms.saturating_sub(since) >= interval)
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+        let budget = usize::try_from(self.s.config.memory_budget_bytes).unwrap_or(usize::MAX);
+        if due.is_empty() && self.memory() >= budget {
+            // Over the budget: the largest table commits early.
+            if let Some((n, _)) = self
+                .tables
+                .iter()
+                .filter(|(_, t)| !t.running() && !t.parts.is_empty())
+                .max_by_key(|(_, t)| t.bytes())
+            {
+                due.push(n.clone());
+            }
+        }
+        for name in due {
+            self.start(&name)?;
+        }
+        Ok(())
+    }
+
+    fn start(&mut self, name: &str) -> Result<(), SinkError> {
+        let Some(state) = self.tables.get_mut(name) else {
+            return Ok(());
+        };
+        let mut work = Vec::new();
+        for (part, mut rows) in state.parts.drain() {
+            if let Some(o) = rows.open.take() {
+                rows.sealed
+                    .push(o.seal().map_err(|e| fail(LakeError::Data(e)))?);
+            }
+            state.committing.insert(part.clone(), rows.first);
+            state.committing_bytes += rows.sealed.iter().map(|s| s.bytes.len()).sum::<usize>();
+            let expected = self.s.known(&part);
+            work.push((part, expected, rows));
+        }
+        state.since_ms = None;
+        let s = self.s.clone();
+        let ident = state.ident.clone();
+        let table = state.table.clone();
+        let name = name.to_owned();
+        self.running.spawn(async move {
+            let result = commit(&s, &ident, &table, work).await;
+            Done {
+                table: name,
+                result,
+            }
+        });
+        Ok(())
+    }
+
+    /// A finished commit: what became durable, and what was fenced.
+    fn finish(&mut self, done: Done) -> Result<Event, SinkError> {
+        let outcome = done.result?;
+        let Some(state) = self.tables.get_mut(&done.table) else {
+            return Ok(Event::Nothing);
+        };
+        state.committing.clear();
+        state.committing_bytes = 0;
+        if let Some(t) = outcome.table {
+            state.table = t;
+        }
+        let mut receipts = Vec::new();
+        for c in outcome.committed {
+            self.s.set_known(&c.part, Some(c.next));
+            debug!(topic = %c.part.topic, partition = c.part.partition, next = c.next, rows = c.rows, "lake commit");
+            receipts.push(Receipt {
+                part: c.part,
+                rows: c.rows,
+            });
+        }
+        let mut again = Vec::new();
+        for (part, have) in outcome.fenced {
+            let Some(at) = have else {
+                return Err(fail(LakeError::Data(format!(
+                    "lake table {}: the offsets of topic {} partition {} are gone from the \
+                     table (rolled back to before lakesink's first commit, or its \
+                     properties edited): lakesink cannot tell which rows it holds; restore \
+                     the table or drop it to rebuild it",
+                    state.ident, part.topic, part.partition
+                ))));
+            };
+            info!(topic = %part.topic, partition = part.partition, table = %state.ident, at,
+                "another writer committed this partition to the lake table: reading it again from the table's offset");
+            self.s.set_known(&part, Some(at));
+            state.parts.remove(&part);
+            self.out.insert(part.clone(), at);
+            again.push((part, at));
+        }
+        if !again.is_empty() {
+            self.queued.push(Event::ReadAgain(again));
+        }
+        Ok(if receipts.is_empty() {
+            self.queued.pop().unwrap_or(Event::Nothing)
+        } else {
+            Event::Durable(receipts)
+        })
+    }
+
+    fn part_table(&self, part: &TopicPartition) -> Option<&TableState> {
+        self.tables.get(&self.s.config.table_name(&part.topic))
+    }
+}
+
+async fn ensure_namespace(catalog: &OneAttempt, ns: &NamespaceIdent) -> Result<(), LakeError> {
+    if catalog
+        .namespace_exists(ns)
+        .await
+        .map_err(LakeError::Catalog)?
+    {
+        return Ok(());
+    }
+    match catalog.create_namespace(ns, HashMap::new()).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::NamespaceAlreadyExists => Ok(()),
+        Err(e) => Err(LakeError::Catalog(e)),
+    }
+}
+
+async fn load_or_create(
+    s: &Shared,
+    ident: &TableIdent,
+    schema: &Schema,
+) -> Result<Table, LakeError> {
+    // Catalogs differ in what loading a missing table fails with; asking first is plain.
+    if s.catalog
+        .table_exists(ident)
+        .await
+        .map_err(LakeError::Catalog)?
+    {
+        return s
+            .catalog
+            .load_table(ident)
+            .await
+            .map_err(LakeError::Catalog);
+    }
+    let creation = TableCreation::builder()
+        .name(ident.name().to_owned())
+        .schema(schema.clone())
+        .properties([
+            ("write.format.default".to_owned(), "parquet".to_owned()),
+            (
+                "lakesink.created-by".to_owned(),
+                format!("lakesink {}", env!("CARGO_PKG_VERSION")),
+            ),
+        ])
+        .build();
+    match s.catalog.create_table(ident.namespace(), creation).await {
+        Ok(t) => {
+            info!(table = %ident, "created the lake table");
+            Ok(t)
+        }
+        // Another instance created it first.
+        Err(e) if e.kind() == ErrorKind::TableAlreadyExists => s
+            .catalog
+            .load_table(ident)
+            .await
+            .map_err(LakeError::Catalog),
+        Err(e) => Err(LakeError::Catalog(e)),
+    }
+}
+
+/// Adds the batch's columns the table lacks, reloading on a lost race.
+async fn evolve(
+    catalog: &OneAttempt,
+    ident: &TableIdent,
+    schema: &arrow_schema::Schema,
+) -> Result<Table, LakeError> {
+    loop {
+        let table = catalog
+            .load_table(ident)
+            .await
+            .map_err(LakeError::Catalog)?;
+        let add = missing(schema, table.metadata().current_schema().as_struct())
+            .map_err(|e| LakeError::Data(format!("lake table {ident}: {e}")))?;
+        if add.is_empty() {
+            return Ok(table);
+        }
+        let tx = Transaction::new(&table);
+        let mut update = tx.update_schema();
+        for m in &add {
+            info!(table = %ident, column = %m.name, parent = ?m.parent, "adding a column to the lake table");
+            update = update.add_column(match &m.parent {
+                None => AddColumn::optional(&m.name, m.field_type.clone()),
+                Some(p) => AddColumn::builder()
+                    .parent(p.clone())
+                    .name(m.name.clone())
+                    .field_type(m.field_type.clone())
+                    .build(),
+            });
+        }
+        let tx = update.apply(tx).map_err(LakeError::Catalog)?;
+        match tx.commit(catalog).await {
+            Ok(t) => return Ok(t),
+            Err(e) if is_conflict(&e) => continue,
+            Err(e) => return Err(LakeError::Catalog(e)),
+        }
+    }
+}
+
+/// Uploads a table's files and commits them with their partitions' offsets.
+async fn commit(
+    s: &Shared,
+    ident: &TableIdent,
+    table: &Table,
+    work: Vec<(TopicPartition, Option<i64>, PartRows)>,
+) -> Result<Outcome, SinkError> {
+    let location = table.metadata().location().trim_end_matches('/').to_owned();
+    let schema = table.metadata().current_schema().clone();
+    let spec_id = table.metadata().default_partition_spec_id();
+    let store = s
+        .storage
+        .store()
+        .map_err(|e| fail(LakeError::Catalog(e)))?
+        .clone();
+    let mut covered = Vec::new();
+    for (part, expected, rows) in work {
+        let mut files = Vec::new();
+        for sealed in &rows.sealed {
+            let path = format!(
+                "{location}/data/{}",
+                file_name(&part.topic, part.partition, rows.first)
+            );
+            let key = s
+                .storage
+                .key(&path)
+                .map_err(|e| fail(LakeError::Catalog(e)))?;
+            crate::failpoint::hit(crate::failpoint::LAKE_BEFORE_UPLOAD);
+            retrying(
+                Backoff::DEFAULT,
+                &*s.meter,
+                Some(LAKE),
+                "uploading a lake data file",
+                || {
+                    let (store, key, bytes) = (store.clone(), key.clone(), sealed.bytes.clone());
+                    async move {
+                        store
+                            .put(&key, bytes.into())
+                            .await
+                            .map(|_| ())
+                            .map_err(|e| {
+                                LakeError::Store(format!(
+                                    "{key}: {}",
+                                    crate::parquet::describe_store(&e)
+                                ))
+                            })
+                    }
+                },
+            )
+            .await
+            .map_err(fail)?;
+            files.push(
+                data_file(path, sealed, &schema, spec_id).map_err(|e| fail(LakeError::Data(e)))?,
+            );
+        }
+        covered.push(Covered {
+            part,
+            expected,
+            next: rows.last.saturating_add(1),
+            rows: rows.rows,
+            files,
+        });
+    }
+    crate::failpoint::hit(crate::failpoint::LAKE_BEFORE_COMMIT);
+    let outcome = retrying(
+        Backoff::DEFAULT,
+        &*s.meter,
+        Some(LAKE),
+        "committing to a lake table",
+        || {
+            let covered = covered.clone();
+            async move {
+                offsets::commit(&s.catalog, ident, &s.group, covered)
+                    .await
+                    .map_err(LakeError::Catalog)
+            }
+        },
+    )
+    .await
+    .map_err(fail)?;
+    crate::failpoint::hit(crate::failpoint::LAKE_AFTER_COMMIT);
+    Ok(outcome)
+}
+
+impl Sink for LakeSink {
+    fn name(&self) -> &'static str {
+        LAKE
+    }
+
+    fn takes_non_data(&self) -> bool {
+        false
+    }
+
+    fn write<'a>(
+        &'a mut self,
+        batches: &'a [ChangeBatch],
+        now_ms: i64,
+    ) -> BoxFuture<'a, Result<(), SinkError>> {
+        Box::pin(async move {
+            for b in batches {
+                self.take(b, now_ms).await?;
+            }
+            self.start_due(now_ms, false)
+        })
+    }
+
+    fn tick(&mut self, now_ms: i64) -> BoxFuture<'_, Result<(), SinkError>> {
+        Box::pin(async move { self.start_due(now_ms, false) })
+    }
+
+    fn busy(&self) -> bool {
+        !self.running.is_empty() || !self.queued.is_empty()
+    }
+
+    fn next_event(&mut self) -> BoxFuture<'_, Result<Event, SinkError>> {
+        Box::pin(async move {
+            if let Some(e) = self.queued.pop() {
+                return Ok(e);
+            }
+            match self.running.join_next().await {
+                None => Ok(Event::Nothing),
+                Some(Ok(done)) => self.finish(done),
+                Some(Err(e)) => Err(SinkError::with_fault(Some(LAKE), Fault::Bug, e)),
+            }
+        })
+    }
+
+    fn pending_start(&self, part: &TopicPartition) -> Option<i64> {
+        let t = self.part_table(part);
+        [
+            t.and_then(|t| t.parts.get(part)).map(|r| r.first),
+            t.and_then(|t| t.committing.get(part)).copied(),
+            self.out.get(part).copied(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    fn rewound(&mut self, part: &TopicPartition, from: i64, _before: Option<i64>) -> Rewound {
+        match self.out.get(part).copied() {
+            Some(r) if r >= from => {
+                self.out.remove(part);
+                Rewound::From(r)
+            }
+            Some(r) => Rewound::Again(r),
+            None => Rewound::Skip,
+        }
+    }
+
+    fn revoke(&mut self, part: &TopicPartition) {
+        let name = self.s.config.table_name(&part.topic);
+        if let Some(t) = self.tables.get_mut(&name) {
+            t.parts.remove(part);
+            if t.parts.is_empty() {
+                t.since_ms = None;
+            }
+        }
+        self.out.remove(part);
+        lock(&self.s.known).remove(part);
+    }
+
+    fn backpressure(
+        &mut self,
+        _given: &HashMap<TopicPartition, i64>,
+        _alone: bool,
+    ) -> Backpressure {
+        let budget = usize::try_from(self.s.config.memory_budget_bytes).unwrap_or(usize::MAX);
+        Backpressure {
+            full: self.memory() >= budget && !self.running.is_empty(),
+            ..Backpressure::default()
+        }
+    }
+
+    fn close(&mut self, now_ms: i64) -> BoxFuture<'_, Result<Vec<Receipt>, SinkError>> {
+        Box::pin(async move {
+            let mut receipts = Vec::new();
+            loop {
+                self.start_due(now_ms, true)?;
+                let Some(done) = self.running.join_next().await else {
+                    break;
+                };
+                let done = done.map_err(|e| SinkError::with_fault(Some(LAKE), Fault::Bug, e))?;
+                if let Event::Durable(r) = self.finish(done)? {
+                    receipts.extend(r);
+                }
+            }
+            Ok(receipts)
+        })
+    }
+
+    fn resume(&self) -> Arc<dyn Resume> {
+        Arc::new(LakeResume(self.s.clone()))
+    }
+}
+
+/// Where the lake stands on a partition: the offsets in its table's snapshots.
+struct LakeResume(Arc<Shared>);
+
+impl Resume for LakeResume {
+    fn held<'a>(
+        &'a self,
+        part: &'a TopicPartition,
+        committed: i64,
+        _mark: Option<i64>,
+    ) -> BoxFuture<'a, Result<Held, SinkError>> {
+        Box::pin(async move {
+            let s = &self.0;
+            let ident = s.ident(&part.topic);
+            let next = retrying(
+                Backoff::DEFAULT,
+                &*s.meter,
+                Some(LAKE),
+                "reading a lake table's offsets",
+                || async {
+                    if !s
+                        .catalog
+                        .table_exists(&ident)
+                        .await
+                        .map_err(LakeError::Catalog)?
+                    {
+                        return Ok(None);
+                    }
+                    let t = s
+                        .catalog
+                        .load_table(&ident)
+                        .await
+                        .map_err(LakeError::Catalog)?;
+                    offsets::table_offsets(&t, &s.group)
+                        .map(|o| offsets::get(&o, part))
+                        .map_err(|e| LakeError::Data(format!("lake table {ident}: {e}")))
+                },
+            )
+            .await
+            .map_err(fail)?;
+            s.set_known(part, next);
+            let behind = next.filter(|&n| n < committed);
+            if let Some(from) = behind {
+                info!(topic = %part.topic, partition = part.partition, from, to = committed,
+                    "the lake table is behind: reading again from its offset");
+            }
+            Ok(Held {
+                durable: next,
+                behind,
+            })
+        })
+    }
+}
