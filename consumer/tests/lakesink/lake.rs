@@ -13,7 +13,7 @@ use lakesink_writers::failpoint::{LAKE_AFTER_COMMIT, LAKE_BEFORE_COMMIT, LAKE_BE
 use object_store::path::Path;
 use serde_json::{Value, json};
 
-use crate::common::{BASE_TS, Run, assert_exactly_once, expected};
+use crate::common::{Run, assert_exactly_once, expected, produce_range};
 
 /// The `[lake]` section of a run: the SQL catalog in the replica's server, a catalog name and
 /// namespace of the test's own.
@@ -98,11 +98,8 @@ async fn the_lake_table_holds_each_record_once_across_crashes_at_every_failpoint
     let stack = Stack::from_env();
     let topic = unique("lake-crash");
     let (partitions, count) = (3, 3_000);
-    let table = Table::create(&stack, &topic, partitions).await;
-    let s = stack.clone();
-    tokio::task::spawn_blocking(move || table.produce(&s, partitions, count, BASE_TS))
-        .await
-        .expect("produce");
+    let table = std::sync::Arc::new(Table::create(&stack, &topic, partitions).await);
+    produce_range(&stack, &table, partitions, 0..count / 2).await;
     let catalog = unique("lake");
     let namespace = unique("cdc").replace('-', "_");
     // Small segments and commits, so every failpoint is reached with work on both sides.
@@ -110,17 +107,17 @@ async fn the_lake_table_holds_each_record_once_across_crashes_at_every_failpoint
         stack.clone(),
         &topic,
         partitions,
-        Some("flush-size = 400"),
+        Some("flush-size = 400\nrotate-interval-ms = 2000"),
         &section(&stack, &catalog, &namespace, "commit-bytes = 1048576"),
     );
-    for failpoint in [
-        LAKE_BEFORE_UPLOAD,
-        LAKE_BEFORE_COMMIT,
-        LAKE_AFTER_COMMIT,
-        LAKE_BEFORE_COMMIT,
-    ] {
+    // The first half: killed before an upload, before a commit, then after one (the restart
+    // finds the commit's offsets in the table and makes it no second time).
+    for failpoint in [LAKE_BEFORE_UPLOAD, LAKE_BEFORE_COMMIT, LAKE_AFTER_COMMIT] {
         run.crash_at(failpoint);
     }
+    // The second half, on top of committed rows.
+    produce_range(&stack, &table, partitions, count / 2..count).await;
+    run.crash_at(LAKE_BEFORE_COMMIT);
     let (want, end) = expected(partitions, count);
     run.run_to_end(&end);
     let name = topic.replace('.', "_");
