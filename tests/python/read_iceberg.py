@@ -3,7 +3,8 @@ consumer/tests/lakesink/lake.rs.
 
     read_iceberg.py REQUEST_JSON
 
-The request names the SQL catalog (`catalog_uri`, a SQLAlchemy URL, and `catalog_name`), the
+The request names the catalog (`catalog_type`, `sql` or `rest`; `catalog_uri`, a SQLAlchemy URL
+for `sql` or the REST server's URL; `catalog_name`), the
 table (`table`, `namespace.name`), the S3 endpoint and credentials (`s3`), and the raw layer's
 files (`bucket`, `raw_keys`). The table is read with pyiceberg (its SQL catalog and pyarrow
 file I/O) and queried with DuckDB over pyiceberg's scan; the raw files with pyarrow. Out:
@@ -28,12 +29,14 @@ COMPARED = ("key", "before", "after", "op", "source", "ts_ms")
 
 def main():
     req = json.loads(sys.argv[1])
+    from pyiceberg.catalog.rest import RestCatalog
     from pyiceberg.catalog.sql import SqlCatalog
     import pyarrow.fs
     import pyarrow.parquet as pq
 
     s3 = req["s3"]
-    catalog = SqlCatalog(
+    kind = RestCatalog if req.get("catalog_type") == "rest" else SqlCatalog
+    catalog = kind(
         req["catalog_name"],
         uri=req["catalog_uri"],
         **{

@@ -28,6 +28,8 @@ pub struct Stack {
     pub mariadb_url: String,
     /// A Python with pyarrow and DuckDB (`dev/stack install` puts one in its cache).
     pub python: String,
+    /// Apache Iceberg's REST catalog test server.
+    pub iceberg_rest_url: String,
 }
 
 fn var(name: &str, default: &str) -> String {
@@ -58,6 +60,7 @@ impl Stack {
                 "mysql://lakesink:lakesink@127.0.0.1:3307/source",
             ),
             python: std::env::var("LAKESINK_PYTHON").unwrap_or_else(|_| default_python()),
+            iceberg_rest_url: var("LAKESINK_ICEBERG_REST_URL", "http://127.0.0.1:8282"),
         }
     }
 }

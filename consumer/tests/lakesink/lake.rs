@@ -1,10 +1,14 @@
 //! Lake tables against the real stack: the `lakesink` binary writes a topic to an Iceberg
-//! table (SQL catalog in PostgreSQL, files on the S3 server) beside the raw layer, is killed at
-//! every lake failpoint, restarts, and in the end pyiceberg and DuckDB read every record of the
-//! topic exactly once, each value equal to the raw layer's.
+//! table (SQL catalog in PostgreSQL or Apache Iceberg's REST catalog server, files on the S3
+//! server) beside the raw layer, is killed at every lake failpoint, restarts, shares the table
+//! with a second instance that is killed mid-commit, and in the end pyiceberg and DuckDB read
+//! every record of the topic exactly once, each value equal to the raw layer's.
 
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use futures::TryStreamExt;
 use lakesink_tests::workload::Table;
@@ -13,14 +17,27 @@ use lakesink_writers::failpoint::{LAKE_AFTER_COMMIT, LAKE_BEFORE_COMMIT, LAKE_BE
 use object_store::path::Path;
 use serde_json::{Value, json};
 
-use crate::common::{Run, assert_exactly_once, expected, produce_range};
+use crate::common::{Run, assert_exactly_once, expected, free_port, produce_range, stop_cleanly};
 
-/// The `[lake]` section of a run: the SQL catalog in the replica's server, a catalog name and
-/// namespace of the test's own.
-fn section(stack: &Stack, catalog: &str, namespace: &str, extra: &str) -> String {
+/// The catalog a test's tables live in.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    /// The SQL catalog in the replica's PostgreSQL.
+    Sql,
+    /// `dev/stack`'s Apache Iceberg REST catalog server (its own warehouse on the same bucket).
+    Rest,
+}
+
+/// The `[lake]` section of a run: a catalog name (for SQL) and namespace of the test's own.
+fn section(stack: &Stack, kind: Kind, catalog: &str, namespace: &str, extra: &str) -> String {
+    let (kind, uri) = match kind {
+        Kind::Sql => ("sql", &stack.replica_pg_url),
+        Kind::Rest => ("rest", &stack.iceberg_rest_url),
+    };
     format!(
         r#"
 [lake]
+catalog = "{kind}"
 catalog-uri = "{uri}"
 catalog-name = "{catalog}"
 warehouse = "s3://{bucket}/{catalog}"
@@ -35,7 +52,6 @@ access-key-id = "{key}"
 secret-access-key = "{secret}"
 allow-http = true
 "#,
-        uri = stack.replica_pg_url,
         bucket = stack.s3_bucket,
         endpoint = stack.s3_endpoint,
         region = stack.s3_region,
@@ -46,7 +62,7 @@ allow-http = true
 
 /// `tests/python/read_iceberg.py`: the table through pyiceberg and DuckDB, beside the raw
 /// layer's files.
-async fn read_back(run: &Run, catalog: &str, table: &str) -> Value {
+async fn read_back(run: &Run, kind: Kind, catalog: &str, table: &str) -> Value {
     let store = run.store();
     let prefix = Path::from(format!("{}/topics", run.prefix));
     let keys: Vec<String> = store
@@ -56,8 +72,17 @@ async fn read_back(run: &Run, catalog: &str, table: &str) -> Value {
         .await
         .expect("list");
     let s = &run.stack;
+    let (catalog_type, catalog_uri) = match kind {
+        Kind::Sql => (
+            "sql",
+            s.replica_pg_url
+                .replacen("postgres://", "postgresql+psycopg2://", 1),
+        ),
+        Kind::Rest => ("rest", s.iceberg_rest_url.clone()),
+    };
     let request = json!({
-        "catalog_uri": s.replica_pg_url.replacen("postgres://", "postgresql+psycopg2://", 1),
+        "catalog_type": catalog_type,
+        "catalog_uri": catalog_uri,
         "catalog_name": catalog,
         "table": table,
         "s3": {"endpoint": s.s3_endpoint, "key": s.s3_access_key_id,
@@ -93,35 +118,12 @@ fn pairs(v: &Value) -> Vec<(i32, i64)> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn the_lake_table_holds_each_record_once_across_crashes_at_every_failpoint() {
-    let stack = Stack::from_env();
-    let topic = unique("lake-crash");
-    let (partitions, count) = (3, 3_000);
-    let table = std::sync::Arc::new(Table::create(&stack, &topic, partitions).await);
-    produce_range(&stack, &table, partitions, 0..count / 2).await;
-    let catalog = unique("lake");
-    let namespace = unique("cdc").replace('-', "_");
-    // Small segments and commits, so every failpoint is reached with work on both sides.
-    let run = Run::with(
-        stack.clone(),
-        &topic,
-        partitions,
-        Some("flush-size = 400\nrotate-interval-ms = 2000"),
-        &section(&stack, &catalog, &namespace, "commit-bytes = 1048576"),
-    );
-    // The first half: killed before an upload, before a commit, then after one (the restart
-    // finds the commit's offsets in the table and makes it no second time).
-    for failpoint in [LAKE_BEFORE_UPLOAD, LAKE_BEFORE_COMMIT, LAKE_AFTER_COMMIT] {
-        run.crash_at(failpoint);
-    }
-    // The second half, on top of committed rows.
-    produce_range(&stack, &table, partitions, count / 2..count).await;
-    run.crash_at(LAKE_BEFORE_COMMIT);
-    let (want, end) = expected(partitions, count);
-    run.run_to_end(&end);
-    let name = topic.replace('.', "_");
-    let got = read_back(&run, &catalog, &format!("{namespace}.{name}")).await;
+/// What every lake test checks in the end: each record of the topic once in pyiceberg's and
+/// DuckDB's reads, equal to the raw layer's, and the group's offsets in the snapshot summary.
+async fn assert_table(run: &Run, kind: Kind, catalog: &str, namespace: &str, count: i64) {
+    let (want, end) = expected(run.partitions, count);
+    let name = run.topic.replace('.', "_");
+    let got = read_back(run, kind, catalog, &format!("{namespace}.{name}")).await;
     assert_exactly_once(&pairs(&got["offsets"]), &want);
     assert_exactly_once(&pairs(&got["duckdb_offsets"]), &want);
     assert_eq!(got["compared"], json!(count), "{got}");
@@ -134,18 +136,144 @@ async fn the_lake_table_holds_each_record_once_across_crashes_at_every_failpoint
     .expect("json");
     let want_offsets: serde_json::Map<String, Value> =
         end.iter().map(|(p, n)| (p.to_string(), json!(n))).collect();
-    assert_eq!(offsets[&topic], Value::Object(want_offsets));
+    assert_eq!(offsets[&run.topic], Value::Object(want_offsets));
     let schema = got["schema"].as_str().expect("schema");
-    assert!(
-        schema.contains("price: optional decimal(10, 2)"),
-        "{schema}"
+    for column in [
+        "price: optional decimal(10, 2)",
+        "created_at: optional timestamp",
+        "updated_at: optional timestamptz",
+    ] {
+        assert!(schema.contains(column), "{schema}");
+    }
+}
+
+/// A topic with its first `produced` records, and a run writing it to the raw layer and to a
+/// lake table in a catalog and namespace of its own.
+struct Setup {
+    stack: Stack,
+    table: Arc<Table>,
+    catalog: String,
+    namespace: String,
+    run: Run,
+}
+
+async fn setup(kind: Kind, prefix: &str, partitions: i32, produced: i64) -> Setup {
+    let stack = Stack::from_env();
+    let topic = unique(prefix);
+    let table = Arc::new(Table::create(&stack, &topic, partitions).await);
+    produce_range(&stack, &table, partitions, 0..produced).await;
+    let catalog = unique("lake");
+    let namespace = unique("cdc").replace('-', "_");
+    // Small segments and commits, so every failpoint is reached with work on both sides.
+    let run = Run::with(
+        stack.clone(),
+        &topic,
+        partitions,
+        Some("flush-size = 400\nrotate-interval-ms = 2000"),
+        &section(&stack, kind, &catalog, &namespace, "commit-bytes = 1048576"),
     );
-    assert!(
-        schema.contains("created_at: optional timestamp"),
-        "{schema}"
+    Setup {
+        stack,
+        table,
+        catalog,
+        namespace,
+        run,
+    }
+}
+
+/// Killed before an upload, before a commit and after one on the first half of the topic,
+/// before a commit on the second, then run to the end.
+async fn crash_at_every_failpoint(kind: Kind) {
+    let (partitions, count) = (3, 3_000);
+    let Setup {
+        stack,
+        table,
+        catalog,
+        namespace,
+        run,
+    } = setup(kind, "lake-crash", partitions, count / 2).await;
+    // The first half: killed before an upload, before a commit, then after one (the restart
+    // finds the commit's offsets in the table and makes it no second time).
+    for failpoint in [LAKE_BEFORE_UPLOAD, LAKE_BEFORE_COMMIT, LAKE_AFTER_COMMIT] {
+        run.crash_at(failpoint);
+    }
+    // The second half, on top of committed rows.
+    produce_range(&stack, &table, partitions, count / 2..count).await;
+    run.crash_at(LAKE_BEFORE_COMMIT);
+    let (_, end) = expected(partitions, count);
+    run.run_to_end(&end);
+    assert_table(&run, kind, &catalog, &namespace, count).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_lake_table_holds_each_record_once_across_crashes_at_every_failpoint() {
+    crash_at_every_failpoint(Kind::Sql).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rest_catalog_table_holds_each_record_once_across_crashes_at_every_failpoint() {
+    crash_at_every_failpoint(Kind::Rest).await;
+}
+
+/// Two instances of one group commit to one table without a coordinator; one is killed in
+/// the middle of its third commit (files uploaded, snapshot not made). The survivor takes its
+/// partitions over from the table's offsets and runs to the end: each record once.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_instances_share_a_table_and_the_survivor_of_a_kill_mid_commit_loses_nothing() {
+    let (partitions, count) = (4, 8_000);
+    let Setup {
+        stack,
+        table,
+        catalog,
+        namespace,
+        run,
+    } = setup(Kind::Sql, "lake-two", partitions, count / 2).await;
+    let mut survivor = run.start(None);
+    // The second instance serves its HTTP endpoints on a port of its own.
+    let http = free_port().to_string();
+    let mut victim = run.start_with(
+        Some(&format!("{LAKE_BEFORE_COMMIT}@3")),
+        &[("LAKESINK__SERVICE__HTTP_LISTEN", http.as_str())],
     );
-    assert!(
-        schema.contains("updated_at: optional timestamptz"),
-        "{schema}"
+    // The rest arrives in steps while both run, so both have rows to commit each second
+    // until the victim dies; whatever is left goes to the survivor alone.
+    let (mut next, step) = (count / 2, count / 20);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = victim.try_wait().expect("wait") {
+            break status;
+        }
+        if let Some(status) = survivor.try_wait().expect("wait") {
+            panic!(
+                "the surviving instance exited: {status}\n{}",
+                run.log_tail()
+            );
+        }
+        if Instant::now() > deadline {
+            let _ = victim.kill();
+            let _ = survivor.kill();
+            panic!(
+                "the second instance never reached its third commit:\n{}",
+                run.log_tail()
+            );
+        }
+        if next < count {
+            produce_range(&stack, &table, partitions, next..next + step).await;
+            next += step;
+        }
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    };
+    assert_eq!(
+        status.signal(),
+        Some(9),
+        "killed at the failpoint: {status}"
     );
+    if next < count {
+        produce_range(&stack, &table, partitions, next..count).await;
+    }
+    let (_, end) = expected(partitions, count);
+    run.wait_committed(&end, Duration::from_secs(180), "on the survivor")
+        .await;
+    stop_cleanly(&mut survivor);
+    assert_table(&run, Kind::Sql, &catalog, &namespace, count).await;
 }
