@@ -54,6 +54,88 @@ pub struct LakeConfig {
     /// `write.parquet.compression-codec`.
     #[serde(default = "default_codec")]
     pub codec: Codec,
+    /// The partition spec new tables get, in Spark's and Iceberg's transform syntax over the
+    /// table's columns (dots for nested ones): `"after.region"`, `"days(__timestamp)"`,
+    /// `"hours(source.ts_ms)"`, `"bucket(16, key.id)"`, `"truncate(4, after.code)"`
+    /// (`iceberg.tables.default-partition-by`). Empty: unpartitioned.
+    #[serde(default)]
+    pub partition_by: Vec<String>,
+}
+
+/// A partition transform ([`LakeConfig::partition_by`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartitionTransform {
+    Identity,
+    Year,
+    Month,
+    Day,
+    Hour,
+    Bucket(u32),
+    Truncate(u32),
+}
+
+/// One `partition-by` entry: a transform of a column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionField {
+    pub transform: PartitionTransform,
+    /// The source column, dotted for a nested one.
+    pub column: String,
+}
+
+impl PartitionField {
+    /// Parses `column`, `days(column)`, `bucket(16, column)` (the count on either side, as
+    /// Spark and Iceberg's Kafka Connect sink each write it), `truncate(4, column)`; `year`,
+    /// `month`, `day`, `hour` are taken for their plurals.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        let Some((name, rest)) = text.split_once('(') else {
+            if text.is_empty() || text.contains(')') || text.contains(',') {
+                return Err(format!("`{text}` is not a column or a transform of one"));
+            }
+            return Ok(Self {
+                transform: PartitionTransform::Identity,
+                column: text.to_owned(),
+            });
+        };
+        let args = rest
+            .strip_suffix(')')
+            .ok_or_else(|| format!("`{text}`: no closing parenthesis"))?;
+        let args: Vec<&str> = args.split(',').map(str::trim).collect();
+        let one = |t| match args.as_slice() {
+            [c] if !c.is_empty() => Ok(Self {
+                transform: t,
+                column: (*c).to_owned(),
+            }),
+            _ => Err(format!("`{text}`: takes one column")),
+        };
+        let counted = |make: fn(u32) -> PartitionTransform| {
+            let (n, c) = match args.as_slice() {
+                [a, b] if a.parse::<u32>().is_ok() => (a, b),
+                [a, b] if b.parse::<u32>().is_ok() => (b, a),
+                _ => return Err(format!("`{text}`: takes a count and a column")),
+            };
+            match n.parse::<u32>() {
+                Ok(n) if n > 0 && !c.is_empty() => Ok(Self {
+                    transform: make(n),
+                    column: (*c).to_owned(),
+                }),
+                _ => Err(format!("`{text}`: the count must be at least 1")),
+            }
+        };
+        match name.trim().to_ascii_lowercase().as_str() {
+            "identity" => one(PartitionTransform::Identity),
+            "year" | "years" => one(PartitionTransform::Year),
+            "month" | "months" => one(PartitionTransform::Month),
+            "day" | "days" | "date" => one(PartitionTransform::Day),
+            "hour" | "hours" | "date_hour" => one(PartitionTransform::Hour),
+            "bucket" => counted(PartitionTransform::Bucket),
+            "truncate" => counted(PartitionTransform::Truncate),
+            other => Err(format!(
+                "`{text}`: unknown transform `{other}` (identity, years, months, days, hours, \
+                 bucket, truncate)"
+            )),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -98,6 +180,14 @@ impl LakeConfig {
         self.table_name_format
             .replace("${topic}", topic)
             .replace('.', "_")
+    }
+
+    /// The parsed `partition-by` (validated at load).
+    pub fn partition_fields(&self) -> Vec<PartitionField> {
+        self.partition_by
+            .iter()
+            .filter_map(|p| PartitionField::parse(p).ok())
+            .collect()
     }
 
     /// The namespace's levels.
@@ -160,6 +250,11 @@ impl LakeConfig {
         if self.row_group_rows == 0 {
             return invalid("lake.row-group-rows", "must be at least 1");
         }
+        for p in &self.partition_by {
+            if let Err(e) = PartitionField::parse(p) {
+                return invalid("lake.partition-by", &e);
+            }
+        }
         Ok(())
     }
 }
@@ -190,6 +285,32 @@ mod tests {
     }
 
     #[test]
+    fn partition_by_takes_spark_and_kafka_connect_spellings() {
+        use PartitionTransform::*;
+        for (text, transform, column) in [
+            ("after.region", Identity, "after.region"),
+            ("days(__timestamp)", Day, "__timestamp"),
+            ("day(__timestamp)", Day, "__timestamp"),
+            ("HOURS(source.ts_ms)", Hour, "source.ts_ms"),
+            ("years(d)", Year, "d"),
+            ("months(d)", Month, "d"),
+            ("bucket(16, key.id)", Bucket(16), "key.id"),
+            ("bucket(key.id, 16)", Bucket(16), "key.id"),
+            ("truncate(4, code)", Truncate(4), "code"),
+        ] {
+            let f = PartitionField::parse(text).expect(text);
+            assert_eq!(
+                (f.transform, f.column.as_str()),
+                (transform, column),
+                "{text}"
+            );
+        }
+        let c =
+            lake("partition-by = [\"days(__timestamp)\", \"bucket(8, key.id)\"]").expect("valid");
+        assert_eq!(c.partition_fields().len(), 2);
+    }
+
+    #[test]
     fn settings_that_would_misroute_or_never_commit_are_refused() {
         for (extra, field) in [
             ("table-name-format = \"t\"", "table-name-format"),
@@ -197,6 +318,10 @@ mod tests {
             ("commit-interval-ms = 0", "commit-interval-ms"),
             ("catalog = \"rest\"", "catalog-uri"),
             ("commit-bytes = 10", "commit-bytes"),
+            ("partition-by = [\"bucket(0, id)\"]", "partition-by"),
+            ("partition-by = [\"weeks(ts)\"]", "partition-by"),
+            ("partition-by = [\"days(a, b)\"]", "partition-by"),
+            ("partition-by = [\"days(ts\"]", "partition-by"),
         ] {
             let e = lake(extra).expect_err(extra);
             assert!(e.contains(field), "{extra}: {e}");

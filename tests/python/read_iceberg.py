@@ -15,6 +15,10 @@ file I/O) and queried with DuckDB over pyiceberg's scan; the raw files with pyar
     schema          the table's schema as pyiceberg prints it
     compared        rows compared with the raw layer (key, before, after, op, source)
     mismatches      the first differences: (partition, offset, column, lake, raw)
+    spec            the partition spec as pyiceberg prints it
+    files           data files of the current snapshot
+    partition_mismatches  rows whose partition value, computed by pyiceberg's transforms from
+                    the row's source values, is not their file's: (file, field, row, file)
 """
 
 import json
@@ -89,9 +93,53 @@ def main():
             if a != b and len(mismatches) < 20:
                 mismatches.append([at[0], at[1], c, a, b])
     out["compared"] = compared
+    out["spec"] = str(table.spec())
+    out["files"], out["partition_mismatches"] = check_partitions(table, fs)
     out["raw_rows"] = len(raw)
     out["mismatches"] = mismatches
     print(json.dumps(out))
+
+
+def check_partitions(table, fs):
+    """Each data file's rows against its partition value in the manifest."""
+    import pyarrow.parquet as pq
+
+    schema = table.schema()
+    spec = table.spec()
+    files = table.inspect.files().to_pylist()
+    mismatches = []
+    for f in files:
+        if not spec.fields:
+            break
+        path = f["file_path"].split("://", 1)[1]
+        rows = pq.read_table(path, filesystem=fs).to_pylist()
+        for field in spec.fields:
+            source = schema.find_field(field.source_id)
+            name = schema.find_column_name(field.source_id)
+            transform = field.transform.transform(source.field_type)
+            want = f["partition"][field.name]
+            for row in rows:
+                value = row
+                for part in name.split("."):
+                    value = None if value is None else value.get(part)
+                value = to_iceberg(value)
+                got = None if value is None else transform(value)
+                if got != want and len(mismatches) < 20:
+                    mismatches.append([path, field.name, repr(got), repr(want)])
+    return len(files), mismatches
+
+
+def to_iceberg(value):
+    """A pyarrow value as pyiceberg's transforms take it (micros for timestamps)."""
+    import datetime
+
+    if isinstance(value, datetime.datetime):
+        epoch = datetime.datetime(1970, 1, 1, tzinfo=value.tzinfo)
+        delta = value - epoch
+        return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+    if isinstance(value, datetime.date):
+        return (value - datetime.date(1970, 1, 1)).days
+    return value
 
 
 if __name__ == "__main__":

@@ -120,7 +120,14 @@ fn pairs(v: &Value) -> Vec<(i32, i64)> {
 
 /// What every lake test checks in the end: each record of the topic once in pyiceberg's and
 /// DuckDB's reads, equal to the raw layer's, and the group's offsets in the snapshot summary.
-async fn assert_table(run: &Run, kind: Kind, catalog: &str, namespace: &str, count: i64) {
+async fn assert_table(
+    run: &Run,
+    kind: Kind,
+    catalog: &str,
+    namespace: &str,
+    count: i64,
+    partitioned: bool,
+) {
     let (want, end) = expected(run.partitions, count);
     let name = run.topic.replace('.', "_");
     let got = read_back(run, kind, catalog, &format!("{namespace}.{name}")).await;
@@ -138,6 +145,23 @@ async fn assert_table(run: &Run, kind: Kind, catalog: &str, namespace: &str, cou
         end.iter().map(|(p, n)| (p.to_string(), json!(n))).collect();
     assert_eq!(offsets[&run.topic], Value::Object(want_offsets));
     let schema = got["schema"].as_str().expect("schema");
+    assert_eq!(
+        got["partition_mismatches"],
+        json!([]),
+        "rows outside their file's partition"
+    );
+    if partitioned {
+        let spec = got["spec"].as_str().expect("spec");
+        for field in [
+            "key_id_bucket: bucket[4]",
+            "after_created_at_hour: hour",
+            "after_status: identity",
+        ] {
+            assert!(spec.contains(field), "{spec}");
+        }
+        // Four buckets of the key, in every commit of every partition.
+        assert!(got["files"].as_i64().expect("files") >= 4, "{got}");
+    }
     for column in [
         "price: optional decimal(10, 2)",
         "created_at: optional timestamp",
@@ -146,6 +170,10 @@ async fn assert_table(run: &Run, kind: Kind, catalog: &str, namespace: &str, cou
         assert!(schema.contains(column), "{schema}");
     }
 }
+
+/// A partition spec over a bucket of the key, an hour of a source timestamp and a string.
+const PARTITIONED: &str =
+    r#"partition-by = ["bucket(4, key.id)", "hours(after.created_at)", "after.status"]"#;
 
 /// A topic with its first `produced` records, and a run writing it to the raw layer and to a
 /// lake table in a catalog and namespace of its own.
@@ -157,7 +185,7 @@ struct Setup {
     run: Run,
 }
 
-async fn setup(kind: Kind, prefix: &str, partitions: i32, produced: i64) -> Setup {
+async fn setup(kind: Kind, prefix: &str, partitions: i32, produced: i64, extra: &str) -> Setup {
     let stack = Stack::from_env();
     let topic = unique(prefix);
     let table = Arc::new(Table::create(&stack, &topic, partitions).await);
@@ -170,7 +198,13 @@ async fn setup(kind: Kind, prefix: &str, partitions: i32, produced: i64) -> Setu
         &topic,
         partitions,
         Some("flush-size = 400\nrotate-interval-ms = 2000"),
-        &section(&stack, kind, &catalog, &namespace, "commit-bytes = 1048576"),
+        &section(
+            &stack,
+            kind,
+            &catalog,
+            &namespace,
+            &format!("commit-bytes = 1048576\n{extra}"),
+        ),
     );
     Setup {
         stack,
@@ -183,7 +217,7 @@ async fn setup(kind: Kind, prefix: &str, partitions: i32, produced: i64) -> Setu
 
 /// Killed before an upload, before a commit and after one on the first half of the topic,
 /// before a commit on the second, then run to the end.
-async fn crash_at_every_failpoint(kind: Kind) {
+async fn crash_at_every_failpoint(kind: Kind, extra: &str) {
     let (partitions, count) = (3, 3_000);
     let Setup {
         stack,
@@ -191,7 +225,7 @@ async fn crash_at_every_failpoint(kind: Kind) {
         catalog,
         namespace,
         run,
-    } = setup(kind, "lake-crash", partitions, count / 2).await;
+    } = setup(kind, "lake-crash", partitions, count / 2, extra).await;
     // The first half: killed before an upload, before a commit, then after one (the restart
     // finds the commit's offsets in the table and makes it no second time).
     for failpoint in [LAKE_BEFORE_UPLOAD, LAKE_BEFORE_COMMIT, LAKE_AFTER_COMMIT] {
@@ -202,17 +236,18 @@ async fn crash_at_every_failpoint(kind: Kind) {
     run.crash_at(LAKE_BEFORE_COMMIT);
     let (_, end) = expected(partitions, count);
     run.run_to_end(&end);
-    assert_table(&run, kind, &catalog, &namespace, count).await;
+    assert_table(&run, kind, &catalog, &namespace, count, !extra.is_empty()).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_lake_table_holds_each_record_once_across_crashes_at_every_failpoint() {
-    crash_at_every_failpoint(Kind::Sql).await;
+    crash_at_every_failpoint(Kind::Sql, "").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_rest_catalog_table_holds_each_record_once_across_crashes_at_every_failpoint() {
-    crash_at_every_failpoint(Kind::Rest).await;
+async fn a_rest_catalog_partitioned_table_holds_each_record_once_across_crashes_at_every_failpoint()
+{
+    crash_at_every_failpoint(Kind::Rest, PARTITIONED).await;
 }
 
 /// Two instances of one group commit to one table without a coordinator; one is killed in
@@ -227,7 +262,7 @@ async fn two_instances_share_a_table_and_the_survivor_of_a_kill_mid_commit_loses
         catalog,
         namespace,
         run,
-    } = setup(Kind::Sql, "lake-two", partitions, count / 2).await;
+    } = setup(Kind::Sql, "lake-two", partitions, count / 2, PARTITIONED).await;
     let mut survivor = run.start(None);
     // The second instance serves its HTTP endpoints on a port of its own.
     let http = free_port().to_string();
@@ -275,5 +310,5 @@ async fn two_instances_share_a_table_and_the_survivor_of_a_kill_mid_commit_loses
     run.wait_committed(&end, Duration::from_secs(180), "on the survivor")
         .await;
     stop_cleanly(&mut survivor);
-    assert_table(&run, Kind::Sql, &catalog, &namespace, count).await;
+    assert_table(&run, Kind::Sql, &catalog, &namespace, count, true).await;
 }

@@ -95,6 +95,7 @@ pub fn data_file(
     sealed: &Sealed,
     schema: &Schema,
     spec_id: i32,
+    partition: Struct,
 ) -> Result<DataFile, String> {
     let mut sizes: HashMap<i32, u64> = HashMap::new();
     let mut values: HashMap<i32, u64> = HashMap::new();
@@ -141,7 +142,7 @@ pub fn data_file(
         .content(DataContentType::Data)
         .file_path(path)
         .file_format(DataFileFormat::Parquet)
-        .partition(Struct::empty())
+        .partition(partition)
         .partition_spec_id(spec_id)
         .record_count(sealed.rows)
         .file_size_in_bytes(sealed.bytes.len() as u64)

@@ -12,6 +12,7 @@
 pub mod catalog;
 pub mod files;
 pub mod offsets;
+pub mod partition;
 pub mod sink;
 pub mod storage;
 pub mod types;
@@ -41,6 +42,10 @@ impl Classify for LakeError {
         use iceberg::ErrorKind as K;
         match self {
             Self::Catalog(e) => match e.kind() {
+                // A REST catalog that refused the request (4xx) answers the same on a retry.
+                K::Unexpected if http_status(e).is_some_and(refused) => {
+                    Fault::Refused(Some(System::Database))
+                }
                 // Transport, database and store errors all come back as `Unexpected`.
                 K::Unexpected | K::CatalogCommitConflicts => Fault::Unavailable(System::Database),
                 K::DataInvalid | K::PreconditionFailed => Fault::BadData,
@@ -50,6 +55,56 @@ impl Classify for LakeError {
             Self::Store(_) => Fault::Unavailable(System::ObjectStore),
             Self::Data(_) => Fault::BadData,
             Self::Config(_) => Fault::Refused(None),
+        }
+    }
+}
+
+/// The HTTP status a REST catalog answered with, as the `iceberg` crate puts it in the error's
+/// context (`status: 400 Bad Request`).
+fn http_status(e: &iceberg::Error) -> Option<u16> {
+    let text = e.to_string();
+    let at = text.find("status: ")? + "status: ".len();
+    text.get(at..at + 3)?.parse().ok()
+}
+
+/// A 4xx other than a timeout or a rate limit.
+fn refused(status: u16) -> bool {
+    (400..500).contains(&status) && status != 408 && status != 429
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rest_catalog_refusal_is_not_retried_and_an_outage_is() {
+        let answer = |status: &str| {
+            LakeError::Catalog(
+                iceberg::Error::new(
+                    iceberg::ErrorKind::Unexpected,
+                    "Received response with unexpected status code",
+                )
+                .with_context("status", status),
+            )
+        };
+        assert_eq!(
+            answer("400 Bad Request").fault(),
+            Fault::Refused(Some(System::Database))
+        );
+        assert_eq!(
+            answer("403 Forbidden").fault(),
+            Fault::Refused(Some(System::Database))
+        );
+        for s in [
+            "500 Internal Server Error",
+            "503 Service Unavailable",
+            "429 Too Many Requests",
+        ] {
+            assert_eq!(
+                answer(s).fault(),
+                Fault::Unavailable(System::Database),
+                "{s}"
+            );
         }
     }
 }

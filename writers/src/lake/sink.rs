@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
-use iceberg::spec::Schema;
+use iceberg::spec::{Schema, Struct};
 use iceberg::table::Table;
 use iceberg::transaction::{AddColumn, ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation, TableIdent};
@@ -22,11 +22,12 @@ use lakesink_schema_registry::ChangeBatch;
 use object_store::ObjectStoreExt;
 use parquet::file::properties::WriterProperties;
 use tokio::task::JoinSet;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use super::catalog::{OneAttempt, is_conflict};
 use super::files::{OpenFile, Sealed, data_file, file_name, properties};
 use super::offsets::{self, Covered, Outcome};
+use super::partition::{Partitioner, unbound_spec};
 use super::storage::LakeStorage;
 use super::types::{conform, iceberg_schema, missing};
 use super::{LAKE, LakeError};
@@ -71,10 +72,11 @@ fn fail(e: LakeError) -> SinkError {
     SinkError::in_sink(LAKE, e)
 }
 
-/// A partition's rows not yet committed.
+/// A Kafka partition's rows not yet committed: a file per partition value of the table's
+/// spec (one, unpartitioned).
 struct PartRows {
-    sealed: Vec<Sealed>,
-    open: Option<OpenFile>,
+    sealed: Vec<(Struct, Sealed)>,
+    open: HashMap<Struct, OpenFile>,
     first: i64,
     last: i64,
     rows: u64,
@@ -82,14 +84,36 @@ struct PartRows {
 
 impl PartRows {
     fn bytes(&self) -> usize {
-        self.sealed.iter().map(|s| s.bytes.len()).sum::<usize>()
-            + self.open.as_ref().map_or(0, OpenFile::bytes)
+        self.sealed
+            .iter()
+            .map(|(_, s)| s.bytes.len())
+            .sum::<usize>()
+            + self.open.values().map(OpenFile::bytes).sum::<usize>()
+    }
+
+    /// Seals the open files (all of them, or those whose schema is not `schema`).
+    fn seal(&mut self, keep: Option<&arrow_schema::SchemaRef>) -> Result<(), SinkError> {
+        let done: Vec<Struct> = self
+            .open
+            .iter()
+            .filter(|(_, o)| keep.is_none_or(|k| o.schema() != k))
+            .map(|(v, _)| v.clone())
+            .collect();
+        for v in done {
+            if let Some(o) = self.open.remove(&v) {
+                self.sealed
+                    .push((v, o.seal().map_err(|e| fail(LakeError::Data(e)))?));
+            }
+        }
+        Ok(())
     }
 }
 
 struct TableState {
     ident: TableIdent,
     table: Table,
+    /// Splits rows by the table's partition spec.
+    partitioner: Partitioner,
     parts: HashMap<TopicPartition, PartRows>,
     /// When the oldest uncommitted rows arrived (wall clock, ms).
     since_ms: Option<i64>,
@@ -197,11 +221,13 @@ impl LakeSink {
             )
             .await
             .map_err(fail)?;
+            let partitioner = partitioner(&table)?;
             self.tables.insert(
                 name.clone(),
                 TableState {
                     ident,
                     table,
+                    partitioner,
                     parts: HashMap::new(),
                     since_ms: None,
                     committing: HashMap::new(),
@@ -252,6 +278,7 @@ impl LakeSink {
             )
             .await
             .map_err(fail)?;
+            state.partitioner = partitioner(&state.table)?;
         }
         let rows =
             conform(&shaped, state.table.metadata().current_schema().as_struct()).map_err(|e| {
@@ -263,32 +290,32 @@ impl LakeSink {
             })?;
         let entry = state.parts.entry(part).or_insert_with(|| PartRows {
             sealed: Vec::new(),
-            open: None,
+            open: HashMap::new(),
             first: batch.first_offset,
             last: batch.last_offset,
             rows: 0,
         });
-        if entry
-            .open
-            .as_ref()
-            .is_some_and(|o| o.schema() != &rows.schema())
-            && let Some(o) = entry.open.take()
-        {
-            entry
-                .sealed
-                .push(o.seal().map_err(|e| fail(LakeError::Data(e)))?);
+        entry.seal(Some(&rows.schema()))?;
+        let split = state.partitioner.split(&rows).map_err(|e| {
+            fail(LakeError::Data(format!(
+                "{}: lake table {}: partitioning: {e}",
+                where_(),
+                state.ident
+            )))
+        })?;
+        for (value, rows) in split {
+            let open = match entry.open.entry(value) {
+                std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+                std::collections::hash_map::Entry::Vacant(v) => v.insert(
+                    OpenFile::new(rows.schema(), s.props.clone())
+                        .map_err(|e| fail(LakeError::Data(format!("{}: {e}", where_()))))?,
+                ),
+            };
+            open.write(&rows)
+                .map_err(|e| fail(LakeError::Data(format!("{}: {e}", where_()))))?;
         }
-        let open = match &mut entry.open {
-            Some(o) => o,
-            None => entry.open.insert(
-                OpenFile::new(rows.schema(), s.props.clone())
-                    .map_err(|e| fail(LakeError::Data(format!("{}: {e}", where_()))))?,
-            ),
-        };
-        open.write(&rows)
-            .map_err(|e| fail(LakeError::Data(format!("{}: {e}", where_()))))?;
         entry.last = batch.last_offset;
-        entry.rows += rows.num_rows() as u64;
+        entry.rows += shaped.num_rows() as u64;
         state.since_ms.get_or_insert(now_ms);
         Ok(())
     }
@@ -332,12 +359,9 @@ impl LakeSink {
         };
         let mut work = Vec::new();
         for (part, mut rows) in state.parts.drain() {
-            if let Some(o) = rows.open.take() {
-                rows.sealed
-                    .push(o.seal().map_err(|e| fail(LakeError::Data(e)))?);
-            }
+            rows.seal(None)?;
             state.committing.insert(part.clone(), rows.first);
-            state.committing_bytes += rows.sealed.iter().map(|s| s.bytes.len()).sum::<usize>();
+            state.committing_bytes += rows.bytes();
             let expected = self.s.known(&part);
             work.push((part, expected, rows));
         }
@@ -409,6 +433,18 @@ impl LakeSink {
     }
 }
 
+/// The table's partitioner, from its default spec (which may differ from `partition-by`: a
+/// table keeps the spec it was created with).
+fn partitioner(table: &Table) -> Result<Partitioner, SinkError> {
+    let m = table.metadata();
+    Partitioner::new(m.default_partition_spec(), m.current_schema()).map_err(|e| {
+        fail(LakeError::Data(format!(
+            "lake table {}: {e}",
+            table.identifier()
+        )))
+    })
+}
+
 async fn ensure_namespace(catalog: &OneAttempt, ns: &NamespaceIdent) -> Result<(), LakeError> {
     if catalog
         .namespace_exists(ns)
@@ -435,15 +471,20 @@ async fn load_or_create(
         .await
         .map_err(LakeError::Catalog)?
     {
-        return s
+        let table = s
             .catalog
             .load_table(ident)
             .await
-            .map_err(LakeError::Catalog);
+            .map_err(LakeError::Catalog)?;
+        warn_other_spec(s, &table);
+        return Ok(table);
     }
+    let spec = unbound_spec(&s.config.partition_fields(), schema)
+        .map_err(|e| LakeError::Config(format!("lake table {ident}: {e}")))?;
     let creation = TableCreation::builder()
         .name(ident.name().to_owned())
         .schema(schema.clone())
+        .partition_spec(spec)
         .properties([
             ("write.format.default".to_owned(), "parquet".to_owned()),
             (
@@ -465,6 +506,33 @@ async fn load_or_create(
             .map_err(LakeError::Catalog),
         Err(e) => Err(LakeError::Catalog(e)),
     }
+}
+
+/// A table made with another spec than `partition-by` keeps its own (lakesink does not
+/// evolve specs); say so once, at load.
+fn warn_other_spec(s: &Shared, table: &Table) {
+    let fields = s.config.partition_fields();
+    if fields.is_empty() {
+        return;
+    }
+    let m = table.metadata();
+    let want = unbound_spec(&fields, m.current_schema()).map(|u| {
+        u.fields()
+            .iter()
+            .map(|f| (f.source_id, f.transform))
+            .collect::<Vec<_>>()
+    });
+    let have: Vec<_> = m
+        .default_partition_spec()
+        .fields()
+        .iter()
+        .map(|f| (f.source_id, f.transform))
+        .collect();
+    if want.as_ref().is_ok_and(|w| *w == have) {
+        return;
+    }
+    warn!(table = %table.identifier(), spec = ?m.default_partition_spec().fields(), configured = ?s.config.partition_by,
+        "the lake table keeps the partition spec it was created with, not lake.partition-by");
 }
 
 /// Adds the batch's columns the table lacks, reloading on a lost race.
@@ -523,7 +591,7 @@ async fn commit(
     let mut covered = Vec::new();
     for (part, expected, rows) in work {
         let mut files = Vec::new();
-        for sealed in &rows.sealed {
+        for (value, sealed) in &rows.sealed {
             let path = format!(
                 "{location}/data/{}",
                 file_name(&part.topic, part.partition, rows.first)
@@ -557,7 +625,8 @@ async fn commit(
             .await
             .map_err(fail)?;
             files.push(
-                data_file(path, sealed, &schema, spec_id).map_err(|e| fail(LakeError::Data(e)))?,
+                data_file(path, sealed, &schema, spec_id, value.clone())
+                    .map_err(|e| fail(LakeError::Data(e)))?,
             );
         }
         covered.push(Covered {

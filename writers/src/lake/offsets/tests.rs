@@ -71,7 +71,8 @@ async fn file(catalog: &OneAttempt, ident: &TableIdent, offsets: std::ops::Range
         offsets.start,
         uuid::Uuid::new_v4()
     );
-    let f = data_file(path, &sealed, &schema, 0).expect("data file");
+    let f =
+        data_file(path, &sealed, &schema, 0, iceberg::spec::Struct::empty()).expect("data file");
     assert_eq!(f.record_count(), (offsets.end - offsets.start) as u64);
     let id = schema.field_id_by_name("__offset").expect("id");
     assert_eq!(
