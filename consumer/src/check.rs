@@ -115,6 +115,14 @@ pub(crate) async fn run(path: &Path, source_connectors: &[std::path::PathBuf]) -
             report.line(status, "flattened", &text);
         }
     }
+    if let Some(lake) = &config.lake {
+        let r = bounded(
+            &format!("lake catalog {}", lake.catalog_uri.redacted()),
+            lakesink_writers::lake::probe::probe(lake),
+        )
+        .await;
+        report.result("lake", r);
+    }
     if let Some(replica) = &config.replica {
         let topics = config.kafka.topics.clone();
         let r = bounded(

@@ -312,3 +312,81 @@ async fn two_instances_share_a_table_and_the_survivor_of_a_kill_mid_commit_loses
     stop_cleanly(&mut survivor);
     assert_table(&run, Kind::Sql, &catalog, &namespace, count, true).await;
 }
+
+/// `lakesink check` with a `[lake]` section: the catalog, its namespace and a probe table.
+fn check(stack: &Stack, kind: Kind, uri: &str) -> (bool, String) {
+    let dir = std::env::temp_dir().join(unique("lakesink-check"));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("lakesink.toml");
+    let catalog = unique("lake");
+    let mut lake = section(stack, kind, &catalog, &unique("checked"), "");
+    let wanted = match kind {
+        Kind::Sql => &stack.replica_pg_url,
+        Kind::Rest => &stack.iceberg_rest_url,
+    };
+    lake = lake.replace(
+        &format!("catalog-uri = \"{wanted}\""),
+        &format!("catalog-uri = \"{uri}\""),
+    );
+    let text = format!(
+        "[kafka]\nbrokers = \"{}\"\ntopics-regex = \"lake-check-.*\"\nformat = \"json\"\n{lake}",
+        stack.kafka_brokers
+    );
+    std::fs::write(&path, text).expect("config");
+    let out = Command::new(env!("CARGO_BIN_EXE_lakesink"))
+        .args(["check", "--config", path.to_str().expect("utf-8")])
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run lakesink check");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+fn lake_line(report: &str) -> &str {
+    report
+        .lines()
+        .find(|l| l.len() > 4 && l[4..].trim_start().starts_with("lake"))
+        .unwrap_or_else(|| panic!("no lake line:\n{report}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn check_creates_and_drops_a_probe_table_in_either_catalog_and_names_a_bad_one() {
+    let stack = Stack::from_env();
+    for (kind, uri) in [
+        (Kind::Sql, stack.replica_pg_url.clone()),
+        (Kind::Rest, stack.iceberg_rest_url.clone()),
+    ] {
+        let (ok, report) = check(&stack, kind, &uri);
+        let line = lake_line(&report);
+        assert!(ok, "{report}");
+        assert!(line.starts_with("OK"), "{line}");
+        assert!(line.contains("created, wrote to and dropped"), "{line}");
+        assert!(
+            !line.contains(":lakesink@"),
+            "the password is shown: {line}"
+        );
+    }
+    // Nothing listens on port 1; the PostgreSQL user's password is wrong.
+    let wrong_password = stack.replica_pg_url.replacen(":lakesink@", ":wrong@", 1);
+    for (kind, uri, says) in [
+        (
+            Kind::Rest,
+            "http://127.0.0.1:1",
+            "REST catalog http://127.0.0.1:1",
+        ),
+        (Kind::Sql, wrong_password.as_str(), "SQL catalog"),
+    ] {
+        let (ok, report) = check(&stack, kind, uri);
+        let line = lake_line(&report);
+        assert!(!ok, "{report}");
+        assert!(line.starts_with("FAIL"), "{line}");
+        assert!(line.contains(says), "{line}");
+        assert!(!line.contains("wrong"), "the password is shown: {line}");
+    }
+}

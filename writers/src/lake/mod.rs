@@ -7,12 +7,15 @@
 //! - [`types`]: Debezium's types as Iceberg types, and rows as Arrow arrays with field ids.
 //! - [`files`]: data files encoded with lakesink's Parquet writer, and their manifest entries.
 //! - [`offsets`]: the offsets in the snapshot summary, and the commit that checks them.
+//! - [`partition`]: partition specs from `partition-by`, and rows split by them.
 //! - [`sink`]: the [`crate::sink::Sink`] that drives it all.
+//! - [`probe`]: `lakesink check` for the catalog.
 
 pub mod catalog;
 pub mod files;
 pub mod offsets;
 pub mod partition;
+pub mod probe;
 pub mod sink;
 pub mod storage;
 pub mod types;
