@@ -8,6 +8,7 @@ mod headers;
 mod import;
 mod kafka;
 mod kafka_auth;
+mod lake_maintain;
 mod loading;
 mod offsets;
 mod pipeline;
@@ -77,6 +78,9 @@ enum Command {
         #[arg(long)]
         brokers: Option<String>,
     },
+    /// Lake table upkeep.
+    #[command(subcommand)]
+    Lake(LakeCommand),
     /// Check a config against the live systems: brokers and topics, registry, object store,
     /// database. One line per check; exits non-zero when one fails.
     Check {
@@ -88,6 +92,13 @@ enum Command {
         #[arg(long = "source-connector")]
         source_connectors: Vec<PathBuf>,
     },
+}
+
+#[derive(Subcommand)]
+enum LakeCommand {
+    /// Expire old snapshots and delete orphan files of the lake tables; safe while lakesink
+    /// commits to them.
+    Maintain(lake_maintain::MaintainArgs),
 }
 
 #[tokio::main]
@@ -120,6 +131,10 @@ async fn start() -> anyhow::Result<ExitCode> {
             output,
             brokers,
         } => return import::run(&files, output.as_deref(), brokers).map(|()| ExitCode::SUCCESS),
+        Command::Lake(LakeCommand::Maintain(args)) => {
+            init_logs(LogFormat::Human);
+            return lake_maintain::run(args).await.map(|()| ExitCode::SUCCESS);
+        }
         Command::Check {
             config,
             source_connectors,

@@ -237,6 +237,71 @@ async fn crash_at_every_failpoint(kind: Kind, extra: &str) {
     let (_, end) = expected(partitions, count);
     run.run_to_end(&end);
     assert_table(&run, kind, &catalog, &namespace, count, !extra.is_empty()).await;
+    // With every writer stopped: every snapshot but the current expired, and the files of
+    // the commits the crashes cut short deleted; the table reads the same.
+    let first = maintain(&run, EVERYTHING_NOW);
+    assert!(first.expired > 0, "{first:?}");
+    assert!(
+        first.orphans > 0,
+        "the before-commit crashes left files: {first:?}"
+    );
+    let again = maintain(&run, EVERYTHING_NOW);
+    assert_eq!(
+        (again.expired, again.orphans, again.young),
+        (0, 0, 0),
+        "{again:?}"
+    );
+    assert_table(&run, kind, &catalog, &namespace, count, !extra.is_empty()).await;
+}
+
+/// `lake maintain` with no writer running: every snapshot but the current, every orphan.
+const EVERYTHING_NOW: &[&str] = &[
+    "--snapshot-age-minutes",
+    "0",
+    "--orphan-age-minutes",
+    "0",
+    "--no-writers",
+];
+
+/// One `lakesink lake maintain` line's figures.
+#[derive(Debug)]
+struct Maintained {
+    expired: u64,
+    orphans: u64,
+    young: u64,
+}
+
+/// Runs `lakesink lake maintain` on the run's config; its one table's figures.
+fn maintain(run: &Run, args: &[&str]) -> Maintained {
+    let out = Command::new(env!("CARGO_BIN_EXE_lakesink"))
+        .args(["lake", "maintain", "--config"])
+        .arg(&run.config)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run lakesink lake maintain");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = stdout.lines().next().unwrap_or_default();
+    let number_before = |what: &str| -> u64 {
+        let at = line
+            .find(what)
+            .unwrap_or_else(|| panic!("no `{what}` in {line}"));
+        line[..at]
+            .split_whitespace()
+            .last()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no number before `{what}` in {line}"))
+    };
+    Maintained {
+        expired: number_before(" of "),
+        orphans: number_before(" orphan files deleted"),
+        young: number_before(" younger orphans kept"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -306,6 +371,10 @@ async fn two_instances_share_a_table_and_the_survivor_of_a_kill_mid_commit_loses
     if next < count {
         produce_range(&stack, &table, partitions, next..count).await;
     }
+    // Maintenance while the survivor commits: its conflicts are retried, its uploads in
+    // flight are young orphans and stay.
+    let during = maintain(&run, &["--snapshot-age-minutes", "0"]);
+    assert_eq!(during.orphans, 0, "{during:?}");
     let (_, end) = expected(partitions, count);
     run.wait_committed(&end, Duration::from_secs(180), "on the survivor")
         .await;

@@ -10,9 +10,11 @@
 //! - [`partition`]: partition specs from `partition-by`, and rows split by them.
 //! - [`sink`]: the [`crate::sink::Sink`] that drives it all.
 //! - [`probe`]: `lakesink check` for the catalog.
+//! - [`maintain`]: `lakesink lake maintain`: snapshot expiry and orphan files.
 
 pub mod catalog;
 pub mod files;
+pub mod maintain;
 pub mod offsets;
 pub mod partition;
 pub mod probe;
