@@ -12,7 +12,9 @@
 # Optional env: PREFIX (default peer/iceberg/$TOPIC; objects go to s3://lakesink/$PREFIX/, which
 # is emptied first), COMMIT_INTERVAL_MS (Iceberg commit interval, default 10000; Iceberg has no
 # flush.size, records are committed, and the group's offsets advance, once per interval),
-# TIMEOUT_SECONDS (default 3600), PEER_KEEP_WORKER=1 (leave the worker running).
+# TIMEOUT_SECONDS (default 3600), PEER_KEEP_WORKER=1 (leave the worker running),
+# PEER_MAX_POLL_RECORDS (the sink consumer's max.poll.records, default 10000 against Connect's
+# 500; its fetch sizes are lakesink's: fetch.max.bytes 100 MiB, max.partition.fetch.bytes 10 MiB).
 # Needs the stack up (dev/stack up): Kafka, Apicurio, SeaweedFS, the replica PostgreSQL.
 set -euo pipefail
 
@@ -188,6 +190,10 @@ CREATE TABLE IF NOT EXISTS iceberg_namespace_properties (catalog_name VARCHAR(25
   namespace VARCHAR(255) NOT NULL, property_key VARCHAR(255), property_value VARCHAR(1000),
   PRIMARY KEY (catalog_name, namespace, property_key));
 SQL
+  # So is the namespace, as JdbcCatalog.createNamespace makes it: the tasks race to create it
+  # otherwise, and the losers fail (duplicate key on iceberg_namespace_properties).
+  "${psql[@]}" -d $CATALOG_DB -c "INSERT INTO iceberg_namespace_properties VALUES ('peer', 'peer', 'exists', 'true') ON CONFLICT DO NOTHING" \
+    >/dev/null || die "creating the peer namespace failed"
   "${psql[@]}" -d $CATALOG_DB -c "DELETE FROM iceberg_tables WHERE catalog_name='peer' AND table_namespace='peer' AND table_name='$table'" \
     >/dev/null 2>&1 || true
   s3_empty_prefix "$prefix"
@@ -209,6 +215,9 @@ SQL
   "value.converter.apicurio.registry.headers.enabled": "false",
   "value.converter.apicurio.registry.as-confluent": "true",
   "value.converter.apicurio.registry.use-id": "contentId",
+  "consumer.override.max.poll.records": "${PEER_MAX_POLL_RECORDS:-10000}",
+  "consumer.override.fetch.max.bytes": "104857600",
+  "consumer.override.max.partition.fetch.bytes": "10485760",
   "iceberg.tables": "peer.$table",
   "iceberg.tables.auto-create-enabled": "true",
   "iceberg.tables.auto-create-props.write.format.default": "parquet",
@@ -263,6 +272,7 @@ data = [(int(s), k) for s, k in objs if k.endswith(".parquet")]
 wall = (t1 - t0) / 1000
 tasks = ",".join(t["state"] for t in state.get("tasks", []))
 print(f"peer                 Iceberg $ICEBERG_VERSION Kafka Connect sink (Parquet, snappy), Connect $KAFKA_VERSION standalone")
+print(f"peer settings        tasks.max $PARTITIONS, max.poll.records ${PEER_MAX_POLL_RECORDS:-10000}, fetch.max.bytes 100 MiB, max.partition.fetch.bytes 10 MiB, 2 GiB G1 heap")
 print(f"connector state      {state.get('connector', {}).get('state')} tasks {tasks}")
 print(f"records              {recs}")
 print(f"wall seconds         {wall:.1f} (connector creation to consumer lag 0; commit interval $interval ms)")

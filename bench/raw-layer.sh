@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
-# The raw-layer benchmark (issue 4): preload a topic with Debezium Avro change events of a
-# 10-column table, then time lakesink from start until its consumer group's lag is zero, which
-# it reaches only once every file holding the records is uploaded to the S3 server. Then the
-# peer (Iceberg's Kafka Connect sink, bench/peer-s3-sink.sh) reads the same topic, and both
-# are printed side by side.
+# The raw-layer and lake-table benchmark (issues 4 and 21): preload a topic with Debezium Avro
+# change events of a 10-column table, then time lakesink from start until its consumer group's
+# lag is zero, which it reaches only once every file holding the records is uploaded to the S3
+# server (raw layer) or committed to the Iceberg table (lake). Then the peer (Iceberg's Kafka
+# Connect sink, bench/peer-s3-sink.sh) reads the same topic, and all are printed side by side.
 #
 #   bench/raw-layer.sh                 RECORDS=5000000 PARTITIONS=8 by default
 #   RECORDS=1000000 RUN_PEER=0 bench/raw-layer.sh     lakesink only
+#   RUN_RAW=0 bench/raw-layer.sh        the lake sink and the peer only (RUN_LAKE=0: no lake)
 #   BENCH_TOPIC=t BUILD=0 LAKESINK_BIN=path bench/raw-layer.sh   another build, an earlier topic
 #
 # Needs the stack (dev/stack up). Release builds go to $CARGO_TARGET_DIR (or target/).
 set -euo pipefail
 
 RUN_PEER=${RUN_PEER:-1}
+RUN_RAW=${RUN_RAW:-1}
+RUN_LAKE=${RUN_LAKE:-1}
+# The lake's commit interval, the peer's too (iceberg.control.commit.interval-ms).
+COMMIT_INTERVAL_MS=${COMMIT_INTERVAL_MS:-10000}
+export COMMIT_INTERVAL_MS
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
 # shellcheck source=bench/peer-s3-sink.sh
@@ -45,65 +51,133 @@ fi
 # Segments close on their record count, so the last one closes with the last record.
 per_partition=$(( (RECORDS + PARTITIONS - 1) / PARTITIONS ))
 flush=$(( (per_partition + 4) / 5 ))
-group=bench-lakesink-$stamp
-# Per run: a topic timed again (BENCH_TOPIC) must not find the files of an earlier run, which
-# the raw layer would resume from instead of writing them.
-prefix=bench/lakesink/$TOPIC/$stamp
-cat >"$work/lakesink.toml" <<T
+
+# config NAME SECTION: a config for one timed run, under its own group.
+config() {
+  cat >"$work/$1.toml" <<T
 [kafka]
 brokers = "$BROKERS"
-group-id = "$group"
+group-id = "bench-lakesink-$1-$stamp"
 topics = ["$TOPIC"]
 properties = { "auto.commit.interval.ms" = "500", "fetch.max.bytes" = "104857600", "max.partition.fetch.bytes" = "10485760" }
 
 [registry]
 url = "$REGISTRY"
 
-[raw]
-url = "s3://$BUCKET/$prefix"
-flush-size = $flush
-codec = "snappy"
+$2
+T
+}
 
-[raw.store]
+store_section() {
+  cat <<T
+[$1.store]
 endpoint = "$S3"
 region = "us-east-1"
 access-key-id = "$S3_KEY"
 secret-access-key = "$S3_SECRET"
 allow-http = true
 T
+}
 
-say "lakesink: flush-size $flush, objects under s3://$BUCKET/$prefix/"
-hz=$(getconf CLK_TCK)
-t0=$(date +%s%3N)
-RUST_LOG=warn "$LAKESINK_BIN" run --config "$work/lakesink.toml" 2>"$work/lakesink.log" &
-pid=$!
-trap 'kill "$pid" 2>/dev/null || true' EXIT
-out=$("$JAVA_BIN" -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -cp "$KAFKA_LIBS/*:$TOOLS/classes" Lag \
-  "$BROKERS" "$group" "$TOPIC" "$RECORDS" 3600) || { tail -n 20 "$work/lakesink.log" >&2; die "lag never reached 0"; }
-read -r _ t1 done_records <<<"$out"
-cpu=$(cpu_ticks "$pid")
-hwm=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
-kill -TERM "$pid"; wait "$pid" || die "lakesink did not stop cleanly; log $work/lakesink.log"
-trap - EXIT
-s3_list "$prefix" >"$work/objects.txt" || die "cannot list s3://$BUCKET/$prefix/"
-
-python3 - "$done_records" "$t0" "$t1" "$cpu" "$hz" "$hwm" "$work/objects.txt" <<P | tee "$work/lakesink.txt"
+# timed NAME TITLE: runs lakesink on $work/NAME.toml until the group's lag is 0; prints figures.
+timed() {
+  local name=$1 title=$2 hz t0 pid out t1 done_records cpu hwm
+  hz=$(getconf CLK_TCK)
+  t0=$(date +%s%3N)
+  RUST_LOG=warn "$LAKESINK_BIN" run --config "$work/$name.toml" 2>"$work/$name.log" &
+  pid=$!
+  trap 'kill "$pid" 2>/dev/null || true' EXIT
+  out=$("$JAVA_BIN" -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -cp "$KAFKA_LIBS/*:$TOOLS/classes" Lag \
+    "$BROKERS" "bench-lakesink-$name-$stamp" "$TOPIC" "$RECORDS" 3600) \
+    || { tail -n 20 "$work/$name.log" >&2; die "lag never reached 0"; }
+  read -r _ t1 done_records <<<"$out"
+  cpu=$(cpu_ticks "$pid")
+  hwm=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
+  kill -TERM "$pid"; wait "$pid" || die "lakesink did not stop cleanly; log $work/$name.log"
+  trap - EXIT
+  python3 - "$done_records" "$t0" "$t1" "$cpu" "$hz" "$hwm" "$title" <<P | tee "$work/$name.txt"
 import sys
 recs, t0, t1, cpu, hz, hwm = (int(x) for x in sys.argv[1:7])
-objs = [l.split(" ", 1) for l in open(sys.argv[7]).read().splitlines() if l.strip()]
-data = [(int(s), k) for s, k in objs if k.endswith(".parquet")]
 wall = (t1 - t0) / 1000
-print("lakesink             raw layer (Parquet, snappy), release build")
+print(f"lakesink             {sys.argv[7]}, release build")
 print(f"records              {recs}")
-print(f"wall seconds         {wall:.1f} (process start to consumer lag 0, every file uploaded)")
+print(f"wall seconds         {wall:.1f} (process start to consumer lag 0)")
 print(f"records/s            {recs / wall:.0f}")
 print(f"CPU seconds          {cpu / hz:.1f} ({cpu / hz / (recs / 1e6):.1f} per million records)")
 print(f"peak RSS             {hwm / 1024:.0f} MiB (VmHWM)")
+P
+}
+
+if [ "$RUN_RAW" = 1 ]; then
+  # Per run: a topic timed again (BENCH_TOPIC) must not find the files of an earlier run, which
+  # the raw layer would resume from instead of writing them.
+  prefix=bench/lakesink/$TOPIC/$stamp
+  config raw "[raw]
+url = \"s3://$BUCKET/$prefix\"
+flush-size = $flush
+codec = \"snappy\"
+
+$(store_section raw)"
+  say "lakesink raw layer: flush-size $flush, objects under s3://$BUCKET/$prefix/"
+  timed raw "raw layer (Parquet, snappy)"
+  s3_list "$prefix" >"$work/objects.txt" || die "cannot list s3://$BUCKET/$prefix/"
+  python3 - "$work/objects.txt" <<P | tee -a "$work/raw.txt"
+import sys
+objs = [l.split(" ", 1) for l in open(sys.argv[1]).read().splitlines() if l.strip()]
+data = [(int(s), k) for s, k in objs if k.endswith(".parquet")]
 print(f"parquet data files   {len(data)} ({sum(s for s, _ in data) / 1048576:.1f} MiB)")
 P
+fi
+
+if [ "$RUN_LAKE" = 1 ]; then
+  # The SQL catalog in the replica PostgreSQL, a catalog name and warehouse per run; every
+  # other [lake] key at its default but the codec (the peer's) and the commit interval.
+  lake_prefix=bench/lake/$TOPIC/$stamp
+  config lake "[lake]
+catalog-uri = \"postgres://$PG_USER:$PG_PASSWORD@127.0.0.1:$PG_PORT/replica\"
+catalog-name = \"bench_$stamp\"
+warehouse = \"s3://$BUCKET/$lake_prefix\"
+namespace = \"bench\"
+commit-interval-ms = $COMMIT_INTERVAL_MS
+codec = \"snappy\"
+
+$(store_section lake)"
+  say "lakesink lake table: SQL catalog bench_$stamp, warehouse s3://$BUCKET/$lake_prefix/"
+  timed lake "lake table (Iceberg v2, Parquet snappy, SQL catalog, commit every $COMMIT_INTERVAL_MS ms)"
+  s3_list "$lake_prefix" >"$work/lake-objects.txt" || die "cannot list s3://$BUCKET/$lake_prefix/"
+  python3 - "$work/lake-objects.txt" <<P | tee -a "$work/lake.txt"
+import sys
+objs = [l.split(" ", 1) for l in open(sys.argv[1]).read().splitlines() if l.strip()]
+data = [(int(s), k) for s, k in objs if k.endswith(".parquet")]
+print(f"objects              {len(objs)} ({sum(int(s) for s, _ in objs) / 1048576:.1f} MiB)")
+print(f"parquet data files   {len(data)} ({sum(s for s, _ in data) / 1048576:.1f} MiB)")
+P
+fi
 
 if [ "$RUN_PEER" = 1 ]; then
   say "peer: the same topic"
   (TOPIC=$TOPIC PARTITIONS=$PARTITIONS EXPECTED_RECORDS=$RECORDS "$here/peer-s3-sink.sh" run) | tee "$work/peer.txt"
 fi
+
+# Ratios of what ran: records/s and CPU seconds per million records.
+python3 - "$work" <<'P'
+import os, re, sys
+def read(name):
+    p = os.path.join(sys.argv[1], name + ".txt")
+    if not os.path.exists(p):
+        return None
+    t = open(p).read()
+    recs = int(re.search(r"^records\s+(\d+)", t, re.M).group(1))
+    rate = float(re.search(r"^records/s\s+(\d+)", t, re.M).group(1))
+    cpu = float(re.search(r"CPU seconds\s+([\d.]+)", t).group(1))
+    return rate, cpu / (recs / 1e6)
+raw, lake, peer = read("raw"), read("lake"), read("peer")
+print()
+if lake and peer:
+    print(f"lake / peer          {lake[0] / peer[0]:.1f}x records/s, {lake[1] / peer[1]:.2f}x CPU seconds per million")
+if lake and raw:
+    print(f"lake / raw layer     {lake[0] / raw[0]:.2f}x records/s, {lake[1] / raw[1]:.2f}x CPU seconds per million")
+if raw and peer:
+    print(f"raw layer / peer     {raw[0] / peer[0]:.1f}x records/s, {raw[1] / peer[1]:.2f}x CPU seconds per million")
+P
 say "figures kept in $work"

@@ -144,7 +144,8 @@ pub enum CatalogKind {
     /// A SQL catalog in PostgreSQL: no service beyond the database.
     #[default]
     Sql,
-    /// An Iceberg REST catalog (Polaris, Lakekeeper, Nessie, Glue, S3 Tables, Unity, …).
+    /// An Iceberg REST catalog (Polaris, Lakekeeper, Nessie, Unity, …; not yet SigV4: Glue,
+    /// S3 Tables).
     Rest,
 }
 
@@ -205,7 +206,10 @@ impl LakeConfig {
         if self.catalog_uri.expose().trim().is_empty() {
             return invalid("lake.catalog-uri", "must not be empty");
         }
+        // A reference (`env:…`, `file:…`) is checked once resolved (`validate_secrets`).
+        let reference = crate::secrets::SecretRef::is_reference(self.catalog_uri.expose());
         match self.catalog {
+            _ if reference => {}
             CatalogKind::Sql if !self.catalog_uri.expose().starts_with("postgres") => {
                 return invalid(
                     "lake.catalog-uri",
@@ -308,6 +312,17 @@ mod tests {
         let c =
             lake("partition-by = [\"days(__timestamp)\", \"bucket(8, key.id)\"]").expect("valid");
         assert_eq!(c.partition_fields().len(), 2);
+    }
+
+    #[test]
+    fn a_catalog_uri_by_reference_is_checked_once_resolved() {
+        let text = "catalog-uri = \"env:LAKE_CATALOG_URI\"\nwarehouse = \"s3://lake/wh\"";
+        let mut c: LakeConfig = toml::from_str(text).expect("toml");
+        c.validate()
+            .expect("a reference passes before it is resolved");
+        *c.catalog_uri.text_mut() = "mysql://u@h/db".into();
+        let e = c.validate().expect_err("resolved to no PostgreSQL URL");
+        assert!(e.to_string().contains("lake.catalog-uri"), "{e}");
     }
 
     #[test]

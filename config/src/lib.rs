@@ -444,10 +444,13 @@ impl Config {
             .collect()
     }
 
-    /// The checks that need the secrets' values (a replica URL given by reference).
+    /// The checks that need the secrets' values (a replica or catalog URL given by reference).
     pub fn validate_secrets(&self) -> Result<(), ConfigError> {
         if let Some(r) = &self.replica {
             r.validate()?;
+        }
+        if let Some(l) = &self.lake {
+            l.validate()?;
         }
         columns::validate_keys(&self.columns)
     }

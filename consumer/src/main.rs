@@ -64,8 +64,9 @@ enum Command {
     Tail(tail::TailArgs),
     /// Rebuild the replica, or a slice of it, from the raw layer (docs/replay.md).
     Replay(replay::ReplayArgs),
-    /// Convert Kafka Connect sink configs (Confluent S3 sink, Confluent or Debezium JDBC sink)
-    /// into one lakesink config; what cannot be carried over is listed with the reason.
+    /// Convert Kafka Connect sink configs (Confluent S3 sink, Confluent or Debezium JDBC sink,
+    /// Apache Iceberg sink) into one lakesink config; what cannot be carried over is listed
+    /// with the reason.
     ImportConnect {
         /// Connector configs: Connect REST JSON (`{"name", "config"}`), a bare config object,
         /// or a .properties file.

@@ -16,6 +16,7 @@ pub(crate) enum Kind {
     S3,
     ConfluentJdbc,
     DebeziumJdbc,
+    Iceberg,
 }
 
 impl Kind {
@@ -51,9 +52,17 @@ impl Section {
         self.0.is_empty()
     }
 
+    /// `key = value` lines; a key that is not a bare TOML key (`header.X-Tenant`) is quoted.
     pub(super) fn render(&self, out: &mut String) {
         for (k, v) in &self.0 {
-            let _ = writeln!(out, "{k} = {v}");
+            let bare = !k.is_empty()
+                && k.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+            if bare {
+                let _ = writeln!(out, "{k} = {v}");
+            } else {
+                let _ = writeln!(out, "{} = {v}", Value::String(k.clone()));
+            }
         }
     }
 }
@@ -66,7 +75,8 @@ pub(crate) struct Connector {
     pub(super) class: String,
     pub(super) kind: Kind,
     pub(super) topics: Topics,
-    pub(super) brokers: Option<String>,
+    /// The brokers a connector setting names, and that setting.
+    pub(super) brokers: Option<(String, &'static str)>,
     pub(super) format: Option<&'static str>,
     pub(super) registry: Section,
     pub(super) oauth: Section,
@@ -74,6 +84,10 @@ pub(crate) struct Connector {
     pub(super) store: Section,
     pub(super) store_options: Section,
     pub(super) replica: Section,
+    pub(super) lake: Section,
+    pub(super) lake_properties: Section,
+    pub(super) lake_store: Section,
+    pub(super) lake_store_options: Section,
     pub(super) errors: Section,
     /// `[[columns]]` policies, from `ReplaceField` transforms, in order.
     pub(super) columns: Vec<Section>,
@@ -99,6 +113,10 @@ impl Connector {
             store: Section::default(),
             store_options: Section::default(),
             replica: Section::default(),
+            lake: Section::default(),
+            lake_properties: Section::default(),
+            lake_store: Section::default(),
+            lake_store_options: Section::default(),
             errors: Section::default(),
             columns: Vec::new(),
             value_to_key: None,

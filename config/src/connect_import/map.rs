@@ -3,6 +3,7 @@
 
 use super::cfg::{Cfg, Connector, Kind, NO_SMT, Topics, split_list};
 use super::converters::converters;
+use super::iceberg::iceberg;
 use super::jdbc::jdbc;
 use super::s3::s3;
 use super::transforms::{errors, transforms};
@@ -11,6 +12,9 @@ use super::{ImportError, Input, parse};
 const S3_SINK: &str = "io.confluent.connect.s3.S3SinkConnector";
 const CONFLUENT_JDBC_SINK: &str = "io.confluent.connect.jdbc.JdbcSinkConnector";
 const DEBEZIUM_JDBC_SINK: &str = "io.debezium.connector.jdbc.JdbcSinkConnector";
+const ICEBERG_SINK: &str = "org.apache.iceberg.connect.IcebergSinkConnector";
+/// The same sink before it moved to Apache Iceberg (Tabular's `iceberg-kafka-connect`).
+const TABULAR_ICEBERG_SINK: &str = "io.tabular.iceberg.connect.IcebergSinkConnector";
 
 const SOURCE_SETTING: &str = "a source connector setting: no effect in a sink";
 
@@ -37,6 +41,7 @@ pub(crate) fn map(input: &Input) -> Result<Connector, ImportError> {
         Kind::ConfluentJdbc | Kind::DebeziumJdbc => {
             jdbc(&mut cfg, &mut part, unwrap.as_ref().map(|(u, _)| u))?;
         }
+        Kind::Iceberg => iceberg(&mut cfg, &mut part, unwrap)?,
     }
     leftovers(&mut cfg);
     part.dropped = cfg.dropped;
@@ -51,6 +56,7 @@ fn kind(cfg: &Cfg<'_>, class: &str) -> Result<Kind, ImportError> {
         S3_SINK | "S3SinkConnector" => Ok(Kind::S3),
         CONFLUENT_JDBC_SINK => Ok(Kind::ConfluentJdbc),
         DEBEZIUM_JDBC_SINK => Ok(Kind::DebeziumJdbc),
+        ICEBERG_SINK | TABULAR_ICEBERG_SINK | "IcebergSinkConnector" => Ok(Kind::Iceberg),
         other => {
             let what = if other.contains("Source") || other.starts_with("io.debezium.connector.") {
                 "a source connector: lakesink replaces sink connectors"
@@ -58,7 +64,7 @@ fn kind(cfg: &Cfg<'_>, class: &str) -> Result<Kind, ImportError> {
                 "not a connector lakesink replaces"
             };
             Err(cfg.err(format!(
-                "connector.class {other} is {what} (the Confluent S3 sink {S3_SINK}, the Confluent JDBC sink {CONFLUENT_JDBC_SINK}, the Debezium JDBC sink {DEBEZIUM_JDBC_SINK})"
+                "connector.class {other} is {what} (the Confluent S3 sink {S3_SINK}, the Confluent JDBC sink {CONFLUENT_JDBC_SINK}, the Debezium JDBC sink {DEBEZIUM_JDBC_SINK}, Apache Iceberg's sink {ICEBERG_SINK})"
             )))
         }
     }
@@ -85,7 +91,7 @@ fn common(cfg: &mut Cfg<'_>, part: &mut Connector) -> Result<(), ImportError> {
         _ => return Err(cfg.err("sets neither `topics` nor `topics.regex`")),
     };
     if let Some(b) = cfg.plain("confluent.topic.bootstrap.servers") {
-        part.brokers = Some(b);
+        part.brokers = Some((b, "confluent.topic.bootstrap.servers"));
     }
     for k in cfg.keys_with_prefix("confluent.") {
         cfg.drop(&k, "Confluent licensing: lakesink needs no license topic");

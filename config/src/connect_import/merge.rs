@@ -17,11 +17,20 @@ pub(crate) struct Merged {
     oauth: Section,
     raw: Option<(Section, Section, Section)>,
     replica: Option<Section>,
+    lake: Option<Lake>,
     errors: Section,
     columns: Vec<Section>,
     pub(crate) dropped: Vec<Dropped>,
     pub(crate) notes: Vec<String>,
     pub(crate) sources: Vec<(String, String, String)>,
+}
+
+/// `[lake]` and its tables: catalog properties, store, store options.
+struct Lake {
+    lake: Section,
+    properties: Section,
+    store: Section,
+    options: Section,
 }
 
 /// Which connector (by index) set what, for naming both sides of a conflict.
@@ -31,6 +40,7 @@ struct Owners {
     keys: BTreeMap<String, usize>,
     raw: Option<usize>,
     replica: Option<usize>,
+    lake: Option<usize>,
 }
 
 fn conflict(what: &str, a: &Connector, av: String, b: &Connector, bv: String) -> ImportError {
@@ -70,6 +80,7 @@ pub(crate) fn merge(parts: Vec<Connector>, options: &Options) -> Result<Merged, 
         oauth: Section::default(),
         raw: None,
         replica: None,
+        lake: None,
         errors: Section::default(),
         columns: first.columns.clone(),
         dropped: Vec::new(),
@@ -128,19 +139,20 @@ pub(crate) fn merge(parts: Vec<Connector>, options: &Options) -> Result<Merged, 
     Ok(merged)
 }
 
-/// `kafka.brokers`: the option, else a connector's license-topic brokers, else a
-/// placeholder; each but the option with a note.
+/// `kafka.brokers`: the option, else the brokers a connector names (its license topic's or
+/// control topic's), else a placeholder; each but the option with a note.
 fn brokers(parts: &[Connector], options: &Options, notes: &mut Vec<String>) -> String {
     match options
         .brokers
         .clone()
+        .map(|b| (b, "--brokers"))
         .or_else(|| parts.iter().find_map(|p| p.brokers.clone()))
     {
-        Some(b) => {
+        Some((b, key)) => {
             if options.brokers.is_none() {
-                notes.push(
-                    "kafka.brokers is confluent.topic.bootstrap.servers: check that it names the cluster the topics are in".into(),
-                );
+                notes.push(format!(
+                    "kafka.brokers is {key}: check that it names the cluster the topics are in"
+                ));
             }
             b
         }
@@ -185,7 +197,7 @@ impl Merged {
         Ok(())
     }
 
-    /// The `[raw]` or `[replica]` section of `parts[i]`: one of each at most.
+    /// The `[raw]`, `[replica]` or `[lake]` section of `parts[i]`: one of each at most.
     fn add_sink(
         &mut self,
         parts: &[Connector],
@@ -193,24 +205,33 @@ impl Merged {
         owners: &mut Owners,
     ) -> Result<(), ImportError> {
         let p = &parts[i];
-        if p.kind == Kind::S3 {
-            if let Some(j) = owners.raw {
-                return Err(ImportError::Conflict(format!(
-                    "{} and {} are both S3 sinks: a lakesink config has one [raw] section; import them into separate configs",
-                    parts[j].file, p.file
-                )));
+        let (owner, what, section) = match p.kind {
+            Kind::S3 => (&mut owners.raw, "S3 sinks", "[raw]"),
+            Kind::ConfluentJdbc | Kind::DebeziumJdbc => {
+                (&mut owners.replica, "JDBC sinks", "[replica]")
             }
-            owners.raw = Some(i);
-            self.raw = Some((p.raw.clone(), p.store.clone(), p.store_options.clone()));
-        } else {
-            if let Some(j) = owners.replica {
-                return Err(ImportError::Conflict(format!(
-                    "{} and {} are both JDBC sinks: a lakesink config has one [replica] section; import them into separate configs",
-                    parts[j].file, p.file
-                )));
+            Kind::Iceberg => (&mut owners.lake, "Iceberg sinks", "[lake]"),
+        };
+        if let Some(j) = *owner {
+            return Err(ImportError::Conflict(format!(
+                "{} and {} are both {what}: a lakesink config has one {section} section; import them into separate configs",
+                parts[j].file, p.file
+            )));
+        }
+        *owner = Some(i);
+        match p.kind {
+            Kind::S3 => {
+                self.raw = Some((p.raw.clone(), p.store.clone(), p.store_options.clone()));
             }
-            owners.replica = Some(i);
-            self.replica = Some(p.replica.clone());
+            Kind::ConfluentJdbc | Kind::DebeziumJdbc => self.replica = Some(p.replica.clone()),
+            Kind::Iceberg => {
+                self.lake = Some(Lake {
+                    lake: p.lake.clone(),
+                    properties: p.lake_properties.clone(),
+                    store: p.lake_store.clone(),
+                    options: p.lake_store_options.clone(),
+                });
+            }
         }
         Ok(())
     }
@@ -265,6 +286,20 @@ impl Merged {
         if let Some(replica) = &self.replica {
             out.push_str("\n[replica]\n");
             replica.render(&mut out);
+        }
+        if let Some(lake) = &self.lake {
+            out.push_str("\n[lake]\n");
+            lake.lake.render(&mut out);
+            for (name, section) in [
+                ("lake.catalog-properties", &lake.properties),
+                ("lake.store", &lake.store),
+                ("lake.store.options", &lake.options),
+            ] {
+                if !section.is_empty() {
+                    let _ = writeln!(out, "\n[{name}]");
+                    section.render(&mut out);
+                }
+            }
         }
         if !self.errors.is_empty() {
             out.push_str("\n[errors]\n");

@@ -1,15 +1,18 @@
 //! `lakesink import-connect`: Kafka Connect sink configs (Confluent S3 sink, Confluent JDBC
-//! sink, Debezium JDBC sink) converted into one lakesink config, with every key that could
-//! not be carried over listed with the reason.
+//! sink, Debezium JDBC sink, Apache Iceberg's sink) converted into one lakesink config, with
+//! every key that could not be carried over listed with the reason.
 //!
 //! Pure: it reads the files it is given and nothing else (no environment, no network). What
 //! it emits: every value the Connect config determines, explicitly or by a Connect default
 //! that differs from lakesink's (Connect's `delete.enabled` defaults to false, so an import
 //! says `delete-enabled = false`). Literal secrets are never copied: the config refers to an
-//! environment variable instead, and the notes say which to set.
+//! environment variable instead, and the notes say which to set (an Iceberg JDBC catalog's
+//! password, which would sit inside `lake.catalog-uri`, is left out, and the notes say how to
+//! give the URL with it).
 
 mod cfg;
 mod converters;
+mod iceberg;
 mod jdbc;
 mod jdbc_url;
 mod map;

@@ -17,6 +17,12 @@ const MASK_FIELD: &str = "org.apache.kafka.connect.transforms.MaskField$Value";
 const VALUE_TO_KEY: &str = "org.apache.kafka.connect.transforms.ValueToKey";
 /// Kafka Connect's topic renamer, which names a JDBC sink's tables.
 const REGEX_ROUTER: &str = "org.apache.kafka.connect.transforms.RegexRouter";
+/// Apache Iceberg's Debezium SMT for its sink (and Tabular's before it): the row image at the
+/// top level with a `_cdc` struct, lakesink's flattened rows but for the metadata columns.
+const ICEBERG_DEBEZIUM: [&str; 2] = [
+    "org.apache.iceberg.connect.transforms.DebeziumTransform",
+    "io.tabular.iceberg.connect.transforms.DebeziumTransform",
+];
 
 /// The unwrap SMT's `drop.tombstones` (default true), when the connector applies it.
 #[derive(Debug, Clone, Copy)]
@@ -29,22 +35,27 @@ pub(super) struct Unwrap {
     /// Tombstones reach the sink after deletes (`drop.tombstones = false`, or
     /// `delete.tombstone.handling.mode = rewrite-with-tombstone`).
     pub(super) tombstones: bool,
+    /// The transform's class name, for notes: `ExtractNewRecordState`, or `DebeziumTransform`
+    /// (Apache Iceberg's, on an Iceberg sink).
+    pub(super) smt: &'static str,
 }
 
-/// `transforms` and each listed transform's keys; the unwrap SMT and its alias, if listed.
+/// `transforms` and each listed transform's keys; the unwrap SMT and its alias, if listed (on
+/// an Iceberg sink also Apache Iceberg's `DebeziumTransform`, which unwraps the same way).
 /// `ReplaceField` and `InsertField` transforms become `[[columns]]` policies in `part`, a
 /// JDBC sink's `ValueToKey` its key fields.
 pub(super) fn transforms(cfg: &mut Cfg<'_>, part: &mut Connector) -> Option<(Unwrap, String)> {
     let kind = part.kind;
     let columns = &mut part.columns;
     let list = cfg.take("transforms").map(|t| split_list(&t))?;
+    let unwraps =
+        |ty: &str| ty == UNWRAP || (kind == Kind::Iceberg && ICEBERG_DEBEZIUM.contains(&ty));
     // Field transforms before the unwrap SMT see the envelope's fields (`before`, `source`),
     // not the row's columns: they are not carried.
     let unwrap_at = list.iter().position(|a| {
         cfg.map
             .get(&format!("transforms.{a}.type"))
-            .map(String::as_str)
-            == Some(UNWRAP)
+            .is_some_and(|ty| unwraps(ty))
     });
     let mut unwrap = None;
     for (at, alias) in list.into_iter().enumerate() {
@@ -109,6 +120,24 @@ pub(super) fn transforms(cfg: &mut Cfg<'_>, part: &mut Connector) -> Option<(Unw
             }
             continue;
         }
+        if ICEBERG_DEBEZIUM.contains(&ty.as_str()) && unwraps(&ty) && !predicate {
+            for k in cfg.keys_with_prefix(&prefix) {
+                cfg.drop(
+                    &k,
+                    "lakesink's flattened rows carry __op, __deleted and __source_ts_ms in place of the _cdc struct, and tables are named after the topic",
+                );
+            }
+            unwrap = Some((
+                Unwrap {
+                    drop_tombstones: false,
+                    rewrite: false,
+                    tombstones: true,
+                    smt: "DebeziumTransform",
+                },
+                alias,
+            ));
+            continue;
+        }
         if ty != UNWRAP {
             let mut reason = format!("{}: {NO_SMT}", last_segment(&ty));
             if ty.contains("Router") {
@@ -143,6 +172,7 @@ pub(super) fn transforms(cfg: &mut Cfg<'_>, part: &mut Connector) -> Option<(Unw
                 drop_tombstones,
                 rewrite,
                 tombstones,
+                smt: "ExtractNewRecordState",
             },
             alias,
         ));
