@@ -68,6 +68,7 @@ fn compose_names_the_same_services_as_dev_stack() {
         names,
         [
             "connect",
+            "iceberg-rest",
             "kafka",
             "kafka-secure",
             "kafka-secure-tls",
@@ -103,6 +104,7 @@ fn compose_publishes_the_ports_dev_stack_uses() {
         ("source-pg", "LAKESINK_SOURCE_PG_URL"),
         ("replica-pg", "LAKESINK_REPLICA_PG_URL"),
         ("mariadb", "LAKESINK_MARIADB_URL"),
+        ("iceberg-rest", "LAKESINK_ICEBERG_REST_URL"),
     ] {
         let port = port_of(&env[var]);
         let published = &compose.services[service].ports;
