@@ -121,12 +121,12 @@ async fn table(
         }
     };
     let store = storage.store().map_err(|e| e.to_string())?;
-    let mut gone: Vec<String> = before.difference(&after).cloned().collect();
-    gone.sort();
+    let gone: HashSet<String> = before.difference(&after).cloned().collect();
     for key in &gone {
         delete(store, key).await?;
     }
-    report.expired_files = gone;
+    report.expired_files = gone.iter().cloned().collect();
+    report.expired_files.sort();
     // Orphans: under the table's location, referenced by nothing that is left.
     let t = catalog.load_table(ident).await.map_err(|e| e.to_string())?;
     let keep = referenced(storage, &t).await?;
@@ -140,7 +140,8 @@ async fn table(
     let cutoff = now.saturating_sub(opts.orphan_age_ms);
     for o in objects {
         let key = o.location.to_string();
-        if keep.contains(&key) || after.contains(&key) || report.expired_files.contains(&key) {
+        // A deleted file may still be listed for a moment.
+        if keep.contains(&key) || after.contains(&key) || gone.contains(&key) {
             continue;
         }
         if o.last_modified.timestamp_millis() >= cutoff {
