@@ -42,6 +42,11 @@ pub struct LakeConfig {
     /// Commit a table's files at least this often (`iceberg.control.commit.interval-ms`).
     #[serde(default = "default_commit_interval_ms")]
     pub commit_interval_ms: u64,
+    /// Commit a table whose rows stopped arriving this long ago, before its interval, when its
+    /// files hold at least a sixteenth of `commit-bytes` (a backlog caught up; a trickle of
+    /// rows waits for the interval). 0: never.
+    #[serde(default = "default_commit_idle_ms")]
+    pub commit_idle_ms: u64,
     /// Commit a table once its open files hold this many bytes (encoded).
     #[serde(default = "default_commit_bytes")]
     pub commit_bytes: u64,
@@ -160,6 +165,9 @@ fn default_table_name_format() -> String {
 }
 fn default_commit_interval_ms() -> u64 {
     60_000
+}
+fn default_commit_idle_ms() -> u64 {
+    1_000
 }
 fn default_commit_bytes() -> u64 {
     128 << 20
@@ -283,6 +291,7 @@ mod tests {
         assert_eq!(c.table_name("demo.public.orders"), "demo_public_orders");
         assert_eq!(c.namespace_levels(), vec!["lakesink".to_owned()]);
         assert_eq!(c.commit_interval_ms, 60_000);
+        assert_eq!(c.commit_idle_ms, 1_000);
         let c = lake("namespace = \"a.b\"\ntable-name-format = \"cdc_${topic}\"").expect("valid");
         assert_eq!(c.namespace_levels(), vec!["a".to_owned(), "b".to_owned()]);
         assert_eq!(c.table_name("x.y"), "cdc_x_y");

@@ -117,6 +117,8 @@ struct TableState {
     parts: HashMap<TopicPartition, PartRows>,
     /// When the oldest uncommitted rows arrived (wall clock, ms).
     since_ms: Option<i64>,
+    /// When the newest uncommitted rows arrived (wall clock, ms).
+    last_ms: i64,
     /// The first offsets of the partitions in the running commit.
     committing: HashMap<TopicPartition, i64>,
     /// Bytes of the running commit's files.
@@ -230,6 +232,7 @@ impl LakeSink {
                     partitioner,
                     parts: HashMap::new(),
                     since_ms: None,
+                    last_ms: 0,
                     committing: HashMap::new(),
                     committing_bytes: 0,
                 },
@@ -317,22 +320,19 @@ impl LakeSink {
         entry.last = batch.last_offset;
         entry.rows += shaped.num_rows() as u64;
         state.since_ms.get_or_insert(now_ms);
+        state.last_ms = now_ms;
         Ok(())
     }
 
-    /// Starts the commits that are due: by size, by age, or everything (`all`, at close).
+    /// Starts the commits that are due: by size, by age, by idleness, or everything (`all`,
+    /// at close).
     fn start_due(&mut self, now_ms: i64, all: bool) -> Result<(), SinkError> {
-        let interval = i64::try_from(self.s.config.commit_interval_ms).unwrap_or(i64::MAX);
-        let size = usize::try_from(self.s.config.commit_bytes).unwrap_or(usize::MAX);
+        let c = &self.s.config;
         let mut due: Vec<String> = self
             .tables
             .iter()
             .filter(|(_, t)| !t.running() && !t.parts.is_empty())
-            .filter(|(_, t)| {
-                all || t.bytes() >= size
-                    || t.since_ms
-                        .is_some_and(|since| now_ms.saturating_sub(since) >= interval)
-            })
+            .filter(|(_, t)| all || commit_due(c, t.bytes(), t.since_ms, t.last_ms, now_ms))
             .map(|(n, _)| n.clone())
             .collect();
         let budget = usize::try_from(self.s.config.memory_budget_bytes).unwrap_or(usize::MAX);
@@ -431,6 +431,18 @@ impl LakeSink {
     fn part_table(&self, part: &TopicPartition) -> Option<&TableState> {
         self.tables.get(&self.s.config.table_name(&part.topic))
     }
+}
+
+/// Whether a table holding `bytes` of files, its oldest rows from `since` and its newest from
+/// `last`, commits at `now`: by size, by age, or idle with enough for a file of its own.
+fn commit_due(c: &LakeConfig, bytes: usize, since: Option<i64>, last: i64, now: i64) -> bool {
+    let ms = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    let size = usize::try_from(c.commit_bytes).unwrap_or(usize::MAX);
+    bytes >= size
+        || since.is_some_and(|since| now.saturating_sub(since) >= ms(c.commit_interval_ms))
+        || c.commit_idle_ms > 0
+            && bytes >= size / 16
+            && now.saturating_sub(last) >= ms(c.commit_idle_ms)
 }
 
 /// The table's partitioner, from its default spec (which may differ from `partition-by`: a
@@ -822,3 +834,6 @@ impl Resume for LakeResume {
         })
     }
 }
+
+#[cfg(test)]
+mod tests;
