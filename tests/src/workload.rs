@@ -12,14 +12,15 @@ use serde_json::{Value, json};
 
 use crate::{Stack, unreachable};
 
-/// The table's value schema (Debezium's `Value` record).
-fn value_schema(ns: &str) -> Value {
+/// The table's value schema (Debezium's `Value` record); `quantity` is an `int`, or a `long`
+/// once the source widened it.
+fn value_schema(ns: &str, quantity: &str) -> Value {
     json!({
         "type": "record", "name": "Value", "namespace": ns, "fields": [
             {"name": "id", "type": "long"},
             {"name": "customer_id", "type": "long"},
             {"name": "sku", "type": "string"},
-            {"name": "quantity", "type": "int"},
+            {"name": "quantity", "type": quantity},
             {"name": "price", "type": {"type": "bytes", "scale": 2, "precision": 10,
                 "connect.version": 1, "connect.parameters": {"scale": "2", "connect.decimal.precision": "10"},
                 "connect.name": "org.apache.kafka.connect.data.Decimal", "logicalType": "decimal"}},
@@ -35,7 +36,7 @@ fn value_schema(ns: &str) -> Value {
     })
 }
 
-fn envelope_schema(ns: &str) -> Value {
+fn envelope_schema(ns: &str, quantity: &str) -> Value {
     let source = json!({
         "type": "record", "name": "Source", "namespace": "io.debezium.connector.postgresql",
         "fields": [
@@ -58,7 +59,7 @@ fn envelope_schema(ns: &str) -> Value {
     });
     json!({
         "type": "record", "name": "Envelope", "namespace": ns, "fields": [
-            {"name": "before", "type": ["null", value_schema(ns)], "default": null},
+            {"name": "before", "type": ["null", value_schema(ns, quantity)], "default": null},
             {"name": "after", "type": ["null", "Value"], "default": null},
             {"name": "source", "type": source},
             {"name": "op", "type": "string"},
@@ -81,6 +82,7 @@ fn key_schema(ns: &str) -> Value {
 }
 
 /// One table's topic with its registered schemas.
+#[derive(Clone)]
 pub struct Table {
     pub topic: String,
     key_id: u32,
@@ -152,7 +154,23 @@ impl Table {
         Self {
             topic: topic.to_owned(),
             key_id: register(stack, &format!("{topic}-key"), &key_schema(&ns)).await,
-            value_id: register(stack, &format!("{topic}-value"), &envelope_schema(&ns)).await,
+            value_id: register(
+                stack,
+                &format!("{topic}-value"),
+                &envelope_schema(&ns, "int"),
+            )
+            .await,
+        }
+    }
+
+    /// The table after `ALTER TABLE … ALTER COLUMN quantity TYPE bigint`: the next version of
+    /// its value schema, with `quantity` a `long`, registered; its events carry that version.
+    pub async fn widen_quantity(&self, stack: &Stack) -> Self {
+        let ns = self.topic.replace('-', "_");
+        let schema = envelope_schema(&ns, "long");
+        Self {
+            value_id: register(stack, &format!("{}-value", self.topic), &schema).await,
+            ..self.clone()
         }
     }
 

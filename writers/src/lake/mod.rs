@@ -8,6 +8,7 @@
 //! - [`files`]: data files encoded with lakesink's Parquet writer, and their manifest entries.
 //! - [`offsets`]: the offsets in the snapshot summary, and the commit that checks them.
 //! - [`partition`]: partition specs from `partition-by`, and rows split by them.
+//! - [`promote`]: widening a column's type, which the crate's schema update cannot do.
 //! - [`sink`]: the [`crate::sink::Sink`] that drives it all.
 //! - [`probe`]: `lakesink check` for the catalog.
 //! - [`maintain`]: `lakesink lake maintain`: snapshot expiry and orphan files.
@@ -18,6 +19,7 @@ pub mod maintain;
 pub mod offsets;
 pub mod partition;
 pub mod probe;
+pub mod promote;
 pub mod sink;
 pub mod storage;
 pub mod types;

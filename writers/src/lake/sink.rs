@@ -28,8 +28,9 @@ use super::catalog::{OneAttempt, is_conflict};
 use super::files::{OpenFile, Sealed, data_file, file_name, properties};
 use super::offsets::{self, Covered, Outcome};
 use super::partition::{Partitioner, unbound_spec};
+use super::promote::{Promoting, widened};
 use super::storage::LakeStorage;
-use super::types::{conform, iceberg_schema, missing};
+use super::types::{Evolution, conform, evolution, iceberg_schema};
 use super::{LAKE, LakeError};
 use crate::parquet::content::shape;
 use crate::sink::{
@@ -258,7 +259,7 @@ impl LakeSink {
             .map_err(|e| fail(LakeError::Data(format!("{}: {e}", where_()))))?;
         let s = self.s.clone();
         let state = self.table(&batch.topic, &shaped).await?;
-        let add = missing(
+        let ev = evolution(
             &shaped.schema(),
             state.table.metadata().current_schema().as_struct(),
         )
@@ -269,7 +270,7 @@ impl LakeSink {
                 state.ident
             )))
         })?;
-        if !add.is_empty() {
+        if !ev.is_empty() {
             let ident = state.ident.clone();
             let batch_schema = shaped.schema();
             state.table = retrying(
@@ -547,7 +548,8 @@ fn warn_other_spec(s: &Shared, table: &Table) {
         "the lake table keeps the partition spec it was created with, not lake.partition-by");
 }
 
-/// Adds the batch's columns the table lacks, reloading on a lost race.
+/// Adds the batch's columns the table lacks and widens those it holds narrower, reloading on a
+/// lost race.
 async fn evolve(
     catalog: &OneAttempt,
     ident: &TableIdent,
@@ -558,14 +560,22 @@ async fn evolve(
             .load_table(ident)
             .await
             .map_err(LakeError::Catalog)?;
-        let add = missing(schema, table.metadata().current_schema().as_struct())
+        let ev: Evolution = evolution(schema, table.metadata().current_schema().as_struct())
             .map_err(|e| LakeError::Data(format!("lake table {ident}: {e}")))?;
-        if add.is_empty() {
+        if ev.is_empty() {
             return Ok(table);
         }
-        let tx = Transaction::new(&table);
+        for p in &ev.promote {
+            info!(table = %ident, column = %p.path, from = %p.from, to = %p.to, "widening a column of the lake table");
+        }
+        let base = if ev.promote.is_empty() {
+            table
+        } else {
+            widened(&table, &ev.promote)?
+        };
+        let tx = Transaction::new(&base);
         let mut update = tx.update_schema();
-        for m in &add {
+        for m in &ev.add {
             info!(table = %ident, column = %m.name, parent = ?m.parent, "adding a column to the lake table");
             update = update.add_column(match &m.parent {
                 None => AddColumn::optional(&m.name, m.field_type.clone()),
@@ -577,7 +587,16 @@ async fn evolve(
             });
         }
         let tx = update.apply(tx).map_err(LakeError::Catalog)?;
-        match tx.commit(catalog).await {
+        let done = if ev.promote.is_empty() {
+            tx.commit(catalog).await
+        } else {
+            tx.commit(&Promoting {
+                inner: catalog,
+                base,
+            })
+            .await
+        };
+        match done {
             Ok(t) => return Ok(t),
             Err(e) if is_conflict(&e) => continue,
             Err(e) => return Err(LakeError::Catalog(e)),

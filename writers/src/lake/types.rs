@@ -207,21 +207,45 @@ pub struct Missing {
     pub doc: Option<&'static str>,
 }
 
+/// A column whose records now carry a wider type than the table's, as Iceberg allows a column
+/// to widen: int to long, float to double, a decimal's precision at the same scale.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Promote {
+    /// The dotted path of the column.
+    pub path: String,
+    /// The table's field id of the column (kept: a promotion is the same column).
+    pub id: i32,
+    pub from: PrimitiveType,
+    pub to: PrimitiveType,
+}
+
+/// What the table's schema needs to take the batch: columns to add, columns to widen.
+#[derive(Debug, Clone, Default)]
+pub struct Evolution {
+    pub add: Vec<Missing>,
+    pub promote: Vec<Promote>,
+}
+
+impl Evolution {
+    pub fn is_empty(&self) -> bool {
+        self.add.is_empty() && self.promote.is_empty()
+    }
+}
+
 /// The columns of `schema` that `table` lacks, outermost first (a missing struct brings its
-/// children). A column whose type differs is an error: Iceberg widens int to long, float to
-/// double and a decimal's precision, and lakesink writes the narrower values into the wider
-/// column; the other way round needs a type change lakesink does not make.
-pub fn missing(schema: &Schema, table: &StructType) -> Result<Vec<Missing>, TypeError> {
-    let mut out = Vec::new();
-    missing_in(schema.fields(), table, None, &mut out)?;
+/// children), and those the table holds in a narrower type Iceberg can widen. Narrower records
+/// go into a wider column as they are; any other change of type is an error.
+pub fn evolution(schema: &Schema, table: &StructType) -> Result<Evolution, TypeError> {
+    let mut out = Evolution::default();
+    evolution_in(schema.fields(), table, None, &mut out)?;
     Ok(out)
 }
 
-fn missing_in(
+fn evolution_in(
     fields: &Fields,
     table: &StructType,
     parent: Option<&str>,
-    out: &mut Vec<Missing>,
+    out: &mut Evolution,
 ) -> Result<(), TypeError> {
     for f in fields {
         let path = match parent {
@@ -231,7 +255,7 @@ fn missing_in(
         match table.field_by_name(f.name()) {
             None => {
                 if let Some((field_type, doc)) = field_type(&path, f, &mut Ids(0))? {
-                    out.push(Missing {
+                    out.add.push(Missing {
                         parent: parent.map(str::to_owned),
                         name: f.name().clone(),
                         field_type,
@@ -241,7 +265,7 @@ fn missing_in(
             }
             Some(have) => match (f.data_type(), have.field_type.as_ref()) {
                 (DataType::Struct(children), Type::Struct(st)) => {
-                    missing_in(children, st, Some(&path), out)?;
+                    evolution_in(children, st, Some(&path), out)?;
                 }
                 (DataType::Struct(_), _) => {
                     return Err(err(&path, "is a struct now; the table's column is not"));
@@ -253,16 +277,27 @@ fn missing_in(
                     let Some((Type::Primitive(got), _)) = primitive(&path, t, f)? else {
                         continue;
                     };
-                    if !fits(&got, want) {
+                    if fits(&got, want) {
+                        continue;
+                    }
+                    if !fits(want, &got) {
                         return Err(err(
                             &path,
                             format!(
-                                "the records' type {got} does not fit the table's {want}; \
-                                 Iceberg widens only int to long, float to double and a \
-                                 decimal's precision at the same scale"
+                                "the records' type {got} does not fit the table's {want}, and \
+                                 Iceberg cannot change one into the other: it widens only int \
+                                 to long, float to double and a decimal's precision at the \
+                                 same scale. Write this table under a new name \
+                                 (lake.table-name-format) or drop it to rebuild it"
                             ),
                         ));
                     }
+                    out.promote.push(Promote {
+                        path,
+                        id: have.id,
+                        from: want.clone(),
+                        to: got,
+                    });
                 }
                 (_, other) => {
                     return Err(err(&path, format!("the table's column is a {other}")));

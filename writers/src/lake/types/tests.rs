@@ -243,8 +243,10 @@ fn new_columns_are_found_and_narrowing_or_retyping_is_refused() {
         ),
         Field::new("extra", DataType::Date32, true),
     ]);
-    let add = missing(&new, table.as_struct()).expect("missing");
-    let names: Vec<_> = add
+    let ev = evolution(&new, table.as_struct()).expect("evolution");
+    assert!(ev.promote.is_empty());
+    let names: Vec<_> = ev
+        .add
         .iter()
         .map(|m| (m.parent.clone(), m.name.clone()))
         .collect();
@@ -255,12 +257,99 @@ fn new_columns_are_found_and_narrowing_or_retyping_is_refused() {
             (None, "extra".to_owned())
         ]
     );
-    // int16 into an int column, int into a long one: fine; long into int: refused.
-    let wider = Schema::new(vec![Field::new("id", DataType::Int64, true)]);
-    let e = missing(&wider, table.as_struct()).expect_err("narrowing");
-    assert_eq!(e.column, "id");
+    // int16 into an int column: as it is; text into it: refused, naming the column.
     let text = Schema::new(vec![Field::new("id", DataType::Utf8, true)]);
-    assert!(missing(&text, table.as_struct()).is_err());
+    let e = evolution(&text, table.as_struct()).expect_err("text into int");
+    assert_eq!(e.column, "id");
+    assert!(e.reason.contains("Iceberg cannot change"), "{}", e.reason);
+}
+
+#[test]
+fn wider_records_promote_the_column_where_iceberg_allows_it_and_nowhere_else() {
+    use PrimitiveType as P;
+    let decimal = |p: u8, s: i8| DataType::Decimal128(p, s);
+    let table = iceberg_schema(&Schema::new(vec![
+        Field::new("i", DataType::Int32, true),
+        Field::new("f", DataType::Float32, true),
+        Field::new("d", decimal(10, 2), true),
+        Field::new(
+            "after",
+            DataType::Struct(Fields::from(vec![Field::new("n", DataType::Int32, true)])),
+            true,
+        ),
+        Field::new("l", DataType::Int64, true),
+    ]))
+    .expect("schema");
+    let id = |name: &str| table.field_by_name(name).expect("field").id;
+    let after_n = match table
+        .field_by_name("after")
+        .expect("after")
+        .field_type
+        .as_ref()
+    {
+        Type::Struct(s) => s.field_by_name("n").expect("n").id,
+        _ => unreachable!(),
+    };
+    let wider = Schema::new(vec![
+        Field::new("i", DataType::Int64, true),
+        Field::new("f", DataType::Float64, true),
+        Field::new("d", decimal(20, 2), true),
+        Field::new(
+            "after",
+            DataType::Struct(Fields::from(vec![Field::new("n", DataType::Int64, true)])),
+            true,
+        ),
+        Field::new("l", DataType::Int64, true),
+    ]);
+    let ev = evolution(&wider, table.as_struct()).expect("evolution");
+    assert!(ev.add.is_empty());
+    let dec = |precision: u32, scale: u32| P::Decimal { precision, scale };
+    assert_eq!(
+        ev.promote,
+        vec![
+            Promote {
+                path: "i".into(),
+                id: id("i"),
+                from: P::Int,
+                to: P::Long
+            },
+            Promote {
+                path: "f".into(),
+                id: id("f"),
+                from: P::Float,
+                to: P::Double
+            },
+            Promote {
+                path: "d".into(),
+                id: id("d"),
+                from: dec(10, 2),
+                to: dec(20, 2)
+            },
+            Promote {
+                path: "after.n".into(),
+                id: after_n,
+                from: P::Int,
+                to: P::Long
+            },
+        ]
+    );
+    // What Iceberg cannot express: another scale, long to int's opposite kinds, int to double.
+    for (name, t) in [
+        ("d", decimal(20, 3)),
+        ("i", DataType::Float64),
+        ("l", DataType::Utf8),
+        ("d", decimal(8, 2)),
+    ] {
+        let s = Schema::new(vec![Field::new(name, t.clone(), true)]);
+        match evolution(&s, table.as_struct()) {
+            Err(e) => assert_eq!(e.column, name, "{t}"),
+            Ok(ev) if matches!(t, DataType::Decimal128(8, 2)) => {
+                // A narrower decimal goes into the wider column as it is.
+                assert!(ev.is_empty(), "{t}");
+            }
+            Ok(ev) => panic!("{name} as {t}: {ev:?}"),
+        }
+    }
 }
 
 #[test]
