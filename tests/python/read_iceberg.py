@@ -13,7 +13,8 @@ file I/O) and queried with DuckDB over pyiceberg's scan; the raw files with pyar
     duckdb_offsets  the same, from DuckDB
     summary         the current snapshot's summary
     schema          the table's schema as pyiceberg prints it
-    compared        rows compared with the raw layer (key, before, after, op, source)
+    compared        rows compared with the raw layer, on every column of the table
+    compared_columns  those columns
     mismatches      the first differences: (partition, offset, column, lake, raw)
     spec            the partition spec as pyiceberg prints it
     files           data files of the current snapshot
@@ -28,6 +29,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from read_parquet import render  # noqa: E402
 
+# The columns read_iceberg_spark.py compares (this script compares every column).
 COMPARED = ("key", "before", "after", "op", "source", "ts_ms")
 
 
@@ -75,13 +77,13 @@ def main():
     raw = {}
     for key in req["raw_keys"]:
         t = pq.read_table(f"{req['bucket']}/{key}", filesystem=fs)
-        cols = [c for c in COMPARED if c in t.column_names]
-        for row in t.select(["__partition", "__offset"] + cols).to_pylist():
-            raw[(row["__partition"], row["__offset"])] = {c: row[c] for c in cols}
+        for row in t.to_pylist():
+            raw[(row["__partition"], row["__offset"])] = row
     mismatches = []
     compared = 0
-    cols = [c for c in COMPARED if c in lake.column_names]
-    for row in lake.select(["__partition", "__offset"] + cols).to_pylist():
+    # Every column of the table: a column a raw file lacks (an older schema version) is null.
+    cols = [c for c in lake.column_names if c not in ("__partition", "__offset")]
+    for row in lake.to_pylist():
         at = (row["__partition"], row["__offset"])
         want = raw.get(at)
         if want is None:
@@ -93,6 +95,7 @@ def main():
             if a != b and len(mismatches) < 20:
                 mismatches.append([at[0], at[1], c, a, b])
     out["compared"] = compared
+    out["compared_columns"] = cols
     out["spec"] = str(table.spec())
     out["files"], out["partition_mismatches"] = check_partitions(table, fs)
     out["raw_rows"] = len(raw)

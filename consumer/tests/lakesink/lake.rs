@@ -17,7 +17,9 @@ use lakesink_writers::failpoint::{LAKE_AFTER_COMMIT, LAKE_BEFORE_COMMIT, LAKE_BE
 use object_store::path::Path;
 use serde_json::{Value, json};
 
-use crate::common::{Run, assert_exactly_once, expected, free_port, produce_range, stop_cleanly};
+use crate::common::{
+    BASE_TS, Run, assert_exactly_once, expected, free_port, produce_range, stop_cleanly,
+};
 
 /// The catalog a test's tables live in.
 #[derive(Clone, Copy, PartialEq)]
@@ -431,6 +433,90 @@ async fn a_column_the_source_widens_is_promoted_in_place_in_the_sql_catalog() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_column_the_source_widens_is_promoted_in_place_in_the_rest_catalog() {
     a_widened_column(Kind::Rest).await;
+}
+
+/// A keyed table's creates, deletes each followed by Debezium's tombstone (the key, a null
+/// value), and a keyless table's creates (no key): each record a row of the lake table, equal
+/// to the raw layer's, in `content` (`envelope` or `flattened`).
+async fn tombstones_and_keyless_records(kind: Kind, content: &str) {
+    use rdkafka::ClientConfig;
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let stack = Stack::from_env();
+    let topic = unique("lake-tomb");
+    let table = Table::create(&stack, &topic, 1).await;
+    let (s, t) = (stack.clone(), topic.clone());
+    let count = tokio::task::spawn_blocking(move || {
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", &s.kafka_brokers)
+            .create()
+            .expect("producer");
+        let mut count = 0i64;
+        let mut send = |key: Option<Vec<u8>>, value: Option<Vec<u8>>| {
+            let mut r = BaseRecord::<Vec<u8>, Vec<u8>>::to(&t);
+            if let Some(k) = key.as_ref() {
+                r = r.key(k);
+            }
+            if let Some(v) = value.as_ref() {
+                r = r.payload(v);
+            }
+            producer.send(r).map_err(|(e, _)| e).expect("send");
+            count += 1;
+        };
+        for id in 0..60i64 {
+            let ts = BASE_TS + id;
+            send(Some(table.key(id)), Some(table.event(id, 'c', 1, ts)));
+            if id % 10 == 9 {
+                send(Some(table.key(id)), Some(table.event(id, 'd', 1, ts)));
+                send(Some(table.key(id)), None);
+            }
+            if id % 4 == 0 {
+                send(None, Some(table.event(1_000 + id, 'c', 1, ts)));
+            }
+        }
+        producer.flush(Duration::from_secs(10)).expect("flush");
+        count
+    })
+    .await
+    .expect("produce");
+    let catalog = unique("lake");
+    let namespace = unique("cdc").replace('-', "_");
+    let content = format!("content = \"{content}\"");
+    let run = Run::with(
+        stack.clone(),
+        &topic,
+        1,
+        Some(&format!(
+            "flush-size = 400\nrotate-interval-ms = 2000\n{content}"
+        )),
+        &section(&stack, kind, &catalog, &namespace, &content),
+    );
+    let (want, end) = expected(1, count);
+    run.run_to_end(&end);
+    let name = format!("{namespace}.{}", run.topic.replace('.', "_"));
+    let got = read_back(&run, kind, &catalog, &name).await;
+    assert_exactly_once(&pairs(&got["offsets"]), &want);
+    assert_exactly_once(&pairs(&got["duckdb_offsets"]), &want);
+    assert_eq!(got["compared"], json!(count), "{got}");
+    assert_eq!(got["mismatches"], json!([]), "lake and raw layer differ");
+    let columns = got["compared_columns"].as_array().expect("columns");
+    let want: &[&str] = if content.contains("flattened") {
+        &["id", "quantity", "__op", "__deleted"]
+    } else {
+        &["key", "before", "after", "source", "op"]
+    };
+    for c in want {
+        assert!(columns.contains(&json!(c)), "{c} not compared: {columns:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tombstones_and_keyless_records_are_rows_like_the_raw_layers_in_envelope_content() {
+    tombstones_and_keyless_records(Kind::Sql, "envelope").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tombstones_and_keyless_records_are_rows_like_the_raw_layers_in_flattened_content() {
+    tombstones_and_keyless_records(Kind::Rest, "flattened").await;
 }
 
 /// `lakesink check` with a `[lake]` section: the catalog, its namespace and a probe table.

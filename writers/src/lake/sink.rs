@@ -32,7 +32,7 @@ use super::promote::{Promoting, widened};
 use super::storage::LakeStorage;
 use super::types::{Evolution, conform, evolution, iceberg_schema};
 use super::{LAKE, LakeError};
-use crate::parquet::content::shape;
+use crate::parquet::content::shape_apart;
 use crate::sink::{
     Backpressure, Event, Held, Meter, Receipt, Resume, Rewound, Sink, SinkError, TopicPartition,
 };
@@ -255,10 +255,38 @@ impl LakeSink {
                 batch.topic, batch.partition, batch.first_offset, batch.last_offset
             )
         };
-        let shaped = shape(batch, self.s.config.content)
+        let apart = shape_apart(batch, self.s.config.content)
             .map_err(|e| fail(LakeError::Data(format!("{}: {e}", where_()))))?;
+        for shaped in &apart {
+            self.take_rows(batch, &part, shaped, &where_).await?;
+        }
+        let lost = || {
+            fail(LakeError::Data(format!(
+                "{}: no open lake files after writing",
+                where_()
+            )))
+        };
+        let name = self.s.config.table_name(&batch.topic);
+        let state = self.tables.get_mut(&name).ok_or_else(lost)?;
+        let entry = state.parts.get_mut(&part).ok_or_else(lost)?;
+        entry.last = batch.last_offset;
+        entry.rows += batch.rows.num_rows() as u64;
+        state.since_ms.get_or_insert(now_ms);
+        state.last_ms = now_ms;
+        Ok(())
+    }
+
+    /// Writes shaped rows of `batch` into the open files of its table, evolving the table's
+    /// schema first where the rows need it.
+    async fn take_rows(
+        &mut self,
+        batch: &ChangeBatch,
+        part: &TopicPartition,
+        shaped: &arrow_array::RecordBatch,
+        where_: &(dyn Fn() -> String + Sync),
+    ) -> Result<(), SinkError> {
         let s = self.s.clone();
-        let state = self.table(&batch.topic, &shaped).await?;
+        let state = self.table(&batch.topic, shaped).await?;
         let ev = evolution(
             &shaped.schema(),
             state.table.metadata().current_schema().as_struct(),
@@ -285,14 +313,14 @@ impl LakeSink {
             state.partitioner = partitioner(&state.table)?;
         }
         let rows =
-            conform(&shaped, state.table.metadata().current_schema().as_struct()).map_err(|e| {
+            conform(shaped, state.table.metadata().current_schema().as_struct()).map_err(|e| {
                 fail(LakeError::Data(format!(
                     "{}: lake table {}: {e}",
                     where_(),
                     state.ident
                 )))
             })?;
-        let entry = state.parts.entry(part).or_insert_with(|| PartRows {
+        let entry = state.parts.entry(part.clone()).or_insert_with(|| PartRows {
             sealed: Vec::new(),
             open: HashMap::new(),
             first: batch.first_offset,
@@ -318,10 +346,6 @@ impl LakeSink {
             open.write(&rows)
                 .map_err(|e| fail(LakeError::Data(format!("{}: {e}", where_()))))?;
         }
-        entry.last = batch.last_offset;
-        entry.rows += shaped.num_rows() as u64;
-        state.since_ms.get_or_insert(now_ms);
-        state.last_ms = now_ms;
         Ok(())
     }
 

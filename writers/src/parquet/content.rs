@@ -188,6 +188,38 @@ pub fn tombstones_alone(
     shape(&key_only, content).map(Some)
 }
 
+/// The rows of `batch` shaped as the raw layer writes them, in one batch or two: the records
+/// with a value, and the tombstones among them shaped as key-only rows (in `flattened`
+/// content, the key's fields in the row's columns).
+pub fn shape_apart(batch: &ChangeBatch, content: Content) -> Result<Vec<RecordBatch>, String> {
+    let shaped = shape(batch, content)?;
+    let tombstones = batch
+        .rows
+        .column_by_name("__tombstone")
+        .and_then(|c| c.as_boolean_opt());
+    let Some(tombstones) = tombstones.filter(|t| t.true_count() > 0) else {
+        return Ok(vec![shaped]);
+    };
+    let Some(apart) = tombstones_alone(batch, content)? else {
+        return Ok(vec![shaped]);
+    };
+    // A null counts as not a tombstone (`prep_null_mask_filter` panics on no nulls).
+    let is = match tombstones.nulls() {
+        Some(n) => tombstones.values() & n.inner(),
+        None => tombstones.values().clone(),
+    };
+    let not = BooleanArray::new(!&is, None);
+    let is = BooleanArray::new(is, None);
+    let mut out = Vec::new();
+    if not.true_count() > 0 {
+        out.push(
+            arrow_select::filter::filter_record_batch(&shaped, &not).map_err(|e| e.to_string())?,
+        );
+    }
+    out.push(arrow_select::filter::filter_record_batch(&apart, &is).map_err(|e| e.to_string())?);
+    Ok(out)
+}
+
 /// The column of Kafka record headers, when the pipeline adds it.
 pub const HEADERS: &str = "__headers";
 
