@@ -17,6 +17,9 @@ file I/O) and queried with DuckDB over pyiceberg's scan; the raw files with pyar
     compared_columns  those columns
     mismatches      the first differences: (partition, offset, column, lake, raw)
     spec            the partition spec as pyiceberg prints it
+    bounded_columns columns some data file has bounds for in its manifest entry
+    bound_mismatches  bounds a file's own values fall outside of: (file, column, lower,
+                    upper, values' range)
     files           data files of the current snapshot
     partition_mismatches  rows whose partition value, computed by pyiceberg's transforms from
                     the row's source values, is not their file's: (file, field, row, file)
@@ -98,6 +101,7 @@ def main():
     out["compared_columns"] = cols
     out["spec"] = str(table.spec())
     out["files"], out["partition_mismatches"] = check_partitions(table, fs)
+    out["bounded_columns"], out["bound_mismatches"] = check_bounds(table, fs)
     out["raw_rows"] = len(raw)
     out["mismatches"] = mismatches
     print(json.dumps(out))
@@ -132,8 +136,45 @@ def check_partitions(table, fs):
     return len(files), mismatches
 
 
+def check_bounds(table, fs):
+    """Each data file's lower and upper bounds, decoded from the manifest by pyiceberg, against
+    the file's own values: every non-null, non-NaN value within them."""
+    import math
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyiceberg.conversions import from_bytes
+
+    schema = table.schema()
+    bounded = set()
+    mismatches = []
+    for f in table.inspect.files().to_pylist():
+        path = f["file_path"].split("://", 1)[1]
+        t = pq.read_table(path, filesystem=fs)
+        while any(pa.types.is_struct(c.type) for c in t.schema):
+            t = t.flatten()
+        lower = dict(f["lower_bounds"] or [])
+        upper = dict(f["upper_bounds"] or [])
+        for field_id in sorted(set(lower) | set(upper)):
+            field = schema.find_field(field_id)
+            name = schema.find_column_name(field_id)
+            lo = from_bytes(field.field_type, lower[field_id]) if field_id in lower else None
+            hi = from_bytes(field.field_type, upper[field_id]) if field_id in upper else None
+            bounded.add(name)
+            values = [
+                to_iceberg(v)
+                for v in (t.column(name).to_pylist() if name in t.column_names else [])
+                if v is not None and not (isinstance(v, float) and math.isnan(v))
+            ]
+            if not values:
+                mismatches.append([path, name, repr(lo), repr(hi), "bounds but no values"])
+            elif (lo is not None and lo > min(values)) or (hi is not None and hi < max(values)):
+                mismatches.append([path, name, repr(lo), repr(hi), repr((min(values), max(values)))])
+    return sorted(bounded), mismatches[:20]
+
+
 def to_iceberg(value):
-    """A pyarrow value as pyiceberg's transforms take it (micros for timestamps)."""
+    """A pyarrow value as pyiceberg's transforms and bound decoding give it (micros for times
+    and timestamps, days for dates)."""
     import datetime
 
     if isinstance(value, datetime.datetime):
@@ -142,6 +183,8 @@ def to_iceberg(value):
         return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
     if isinstance(value, datetime.date):
         return (value - datetime.date(1970, 1, 1)).days
+    if isinstance(value, datetime.time):
+        return ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000 + value.microsecond
     return value
 
 

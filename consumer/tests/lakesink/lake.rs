@@ -152,6 +152,22 @@ async fn assert_table(
         json!([]),
         "rows outside their file's partition"
     );
+    assert_eq!(
+        got["bound_mismatches"],
+        json!([]),
+        "values outside their file's bounds"
+    );
+    let bounded = got["bounded_columns"].as_array().expect("bounded columns");
+    for column in [
+        "__offset",
+        "after.sku",
+        "after.price",
+        "after.quantity",
+        "after.created_at",
+        "after.updated_at",
+    ] {
+        assert!(bounded.contains(&json!(column)), "{column}: {bounded:?}");
+    }
     if partitioned {
         let spec = got["spec"].as_str().expect("spec");
         for field in [

@@ -88,8 +88,7 @@ impl OpenFile {
 }
 
 /// The manifest entry of a sealed file at `path`: its counts per column, and lower and upper
-/// bounds where Parquet's statistics give them exactly (integers, dates, times, timestamps),
-/// so engines skip files by them.
+/// bounds where Parquet's statistics give them (see [`bounds`]), so engines skip files by them.
 pub fn data_file(
     path: String,
     sealed: &Sealed,
@@ -103,6 +102,7 @@ pub fn data_file(
     let mut lower: HashMap<i32, Datum> = HashMap::new();
     let mut upper: HashMap<i32, Datum> = HashMap::new();
     let mut unknown_nulls: Vec<i32> = Vec::new();
+    let mut unbounded: Vec<i32> = Vec::new();
     let descr = sealed.metadata.file_metadata().schema_descr();
     for rg in sealed.metadata.row_groups() {
         for (i, col) in rg.columns().iter().enumerate() {
@@ -129,14 +129,27 @@ pub fn data_file(
             else {
                 continue;
             };
-            if let Some((lo, hi)) = bounds(p, stats) {
-                merge(&mut lower, id, lo, |new, old| new < old);
-                merge(&mut upper, id, hi, |new, old| new > old);
+            match bounds(p, stats) {
+                Some((lo, hi)) => {
+                    merge(&mut lower, id, lo, |new, old| new < old);
+                    merge(&mut upper, id, hi, |new, old| new > old);
+                }
+                // A chunk with values but no bounds (a 24:00 time, a maximum that cannot be
+                // truncated): the file's bounds would leave its values out, so it has none.
+                // A chunk of only nulls, or only NaN, has nothing to bound.
+                None if stats.min_bytes_opt().is_some() && !nan_only(stats) => {
+                    unbounded.push(id);
+                }
+                None => {}
             }
         }
     }
     for id in unknown_nulls {
         nulls.remove(&id);
+    }
+    for id in unbounded {
+        lower.remove(&id);
+        upper.remove(&id);
     }
     DataFileBuilder::default()
         .content(DataContentType::Data)
@@ -177,7 +190,14 @@ fn merge(
     }
 }
 
-/// Exact bounds of a column chunk for the types whose Parquet statistics are their values.
+/// How many characters (strings) or bytes (binary) a bound keeps: Iceberg's default metrics
+/// mode, `truncate(16)`, so long values do not bloat the manifests.
+const TRUNCATE: usize = 16;
+
+/// Lower and upper bounds of a column chunk, from Parquet statistics that are exact and ordered
+/// as Iceberg orders the type. Floats leave NaN out (Parquet's statistics skip it; a chunk of
+/// only NaN has none) and widen a zero bound to both signs. UUIDs have none: engines disagree
+/// on their order.
 fn bounds(p: &PrimitiveType, stats: &Statistics) -> Option<(Datum, Datum)> {
     use PrimitiveType as P;
     match (p, stats) {
@@ -190,6 +210,11 @@ fn bounds(p: &PrimitiveType, stats: &Statistics) -> Option<(Datum, Datum)> {
         (P::Long, Statistics::Int64(s)) => {
             Some((Datum::long(*s.min_opt()?), Datum::long(*s.max_opt()?)))
         }
+        // Iceberg's time stops before 24:00, which PostgreSQL's `time` reaches: no bound then.
+        (P::Time, Statistics::Int64(s)) => Some((
+            Datum::time_micros(*s.min_opt()?).ok()?,
+            Datum::time_micros(*s.max_opt()?).ok()?,
+        )),
         (P::Timestamp, Statistics::Int64(s)) => Some((
             Datum::timestamp_micros(*s.min_opt()?),
             Datum::timestamp_micros(*s.max_opt()?),
@@ -201,8 +226,123 @@ fn bounds(p: &PrimitiveType, stats: &Statistics) -> Option<(Datum, Datum)> {
         (P::Boolean, Statistics::Boolean(s)) => {
             Some((Datum::bool(*s.min_opt()?), Datum::bool(*s.max_opt()?)))
         }
+        (P::Float, Statistics::Float(s)) => {
+            let (lo, hi) = float_bounds(f64::from(*s.min_opt()?), f64::from(*s.max_opt()?))?;
+            // Both came from f32 values (or are signed zeros): exact as f32.
+            #[allow(clippy::cast_possible_truncation)]
+            Some((Datum::float(lo as f32), Datum::float(hi as f32)))
+        }
+        (P::Double, Statistics::Double(s)) => {
+            let (lo, hi) = float_bounds(*s.min_opt()?, *s.max_opt()?)?;
+            Some((Datum::double(lo), Datum::double(hi)))
+        }
+        // Parquet's truncated statistics (longer than 64 bytes) are bounds still: a prefix of the
+        // minimum, and a maximum incremented after its prefix.
+        (P::String, Statistics::ByteArray(s)) => {
+            let lo = std::str::from_utf8(s.min_opt()?.data()).ok()?;
+            let hi = std::str::from_utf8(s.max_opt()?.data()).ok()?;
+            Some((
+                Datum::string(lo.chars().take(TRUNCATE).collect::<String>()),
+                Datum::string(string_upper(hi)?),
+            ))
+        }
+        (P::Binary, Statistics::ByteArray(s)) => {
+            let lo = s.min_opt()?.data();
+            let hi = s.max_opt()?.data();
+            Some((
+                Datum::binary(lo.iter().take(TRUNCATE).copied()),
+                Datum::binary(binary_upper(hi)?),
+            ))
+        }
+        (P::Decimal { .. }, _) => {
+            let (lo, hi) = decimal_bounds(stats)?;
+            Some((
+                Datum::try_from_bytes(&lo.to_be_bytes(), p.clone()).ok()?,
+                Datum::try_from_bytes(&hi.to_be_bytes(), p.clone()).ok()?,
+            ))
+        }
         _ => None,
     }
+}
+
+/// Whether a float chunk's statistics are NaN: Parquet's minimum is NaN only when every value is.
+fn nan_only(stats: &Statistics) -> bool {
+    match stats {
+        Statistics::Float(s) => s.min_opt().is_some_and(|v| v.is_nan()),
+        Statistics::Double(s) => s.min_opt().is_some_and(|v| v.is_nan()),
+        _ => false,
+    }
+}
+
+/// Float bounds without NaN, a zero lower bound as -0.0 and a zero upper bound as +0.0 (as
+/// Parquet's format asks), so `x = -0.0` and `x = 0.0` both keep the file.
+fn float_bounds(lo: f64, hi: f64) -> Option<(f64, f64)> {
+    if lo.is_nan() || hi.is_nan() {
+        return None;
+    }
+    let lo = if lo == 0.0 { -0.0 } else { lo };
+    let hi = if hi == 0.0 { 0.0 } else { hi };
+    Some((lo, hi))
+}
+
+/// The decimal statistics as unscaled values (Parquet orders decimals by value, signed).
+fn decimal_bounds(stats: &Statistics) -> Option<(i128, i128)> {
+    let be = |b: &[u8]| -> Option<i128> {
+        if b.is_empty() || b.len() > 16 {
+            return None;
+        }
+        let fill = if b[0] & 0x80 != 0 { 0xFF } else { 0 };
+        let mut out = [fill; 16];
+        out[16 - b.len()..].copy_from_slice(b);
+        Some(i128::from_be_bytes(out))
+    };
+    match stats {
+        Statistics::Int32(s) => Some((i128::from(*s.min_opt()?), i128::from(*s.max_opt()?))),
+        Statistics::Int64(s) => Some((i128::from(*s.min_opt()?), i128::from(*s.max_opt()?))),
+        Statistics::FixedLenByteArray(s) if s.min_is_exact() && s.max_is_exact() => {
+            Some((be(s.min_opt()?.data())?, be(s.max_opt()?.data())?))
+        }
+        Statistics::ByteArray(s) if s.min_is_exact() && s.max_is_exact() => {
+            Some((be(s.min_opt()?.data())?, be(s.max_opt()?.data())?))
+        }
+        _ => None,
+    }
+}
+
+/// An upper bound of `max` at most [`TRUNCATE`] characters long: `max` itself when short
+/// enough, else its prefix with the last character that can be incremented incremented (the
+/// rest dropped); None when no character can be.
+fn string_upper(max: &str) -> Option<String> {
+    if max.chars().nth(TRUNCATE).is_none() {
+        return Some(max.to_owned());
+    }
+    let mut chars: Vec<char> = max.chars().take(TRUNCATE).collect();
+    while let Some(last) = chars.pop() {
+        let next = match u32::from(last) {
+            0xD7FF => Some('\u{E000}'),
+            c => c.checked_add(1).and_then(char::from_u32),
+        };
+        if let Some(next) = next {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
+}
+
+/// As [`string_upper`], for bytes.
+fn binary_upper(max: &[u8]) -> Option<Vec<u8>> {
+    if max.len() <= TRUNCATE {
+        return Some(max.to_vec());
+    }
+    let mut bytes = max[..TRUNCATE].to_vec();
+    while let Some(last) = bytes.pop() {
+        if let Some(next) = last.checked_add(1) {
+            bytes.push(next);
+            return Some(bytes);
+        }
+    }
+    None
 }
 
 /// A file's name: unique per attempt, so a file uploaded by a crashed attempt is never
@@ -223,3 +363,6 @@ pub fn file_name(topic: &str, partition: i32, first_offset: i64) -> String {
         uuid::Uuid::new_v4()
     )
 }
+
+#[cfg(test)]
+mod tests;
