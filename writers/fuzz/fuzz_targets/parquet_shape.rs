@@ -1,7 +1,10 @@
 //! Arbitrary records of a Debezium-like topic (key and envelope, with the SQL Server or the
 //! PostgreSQL `source`, tombstones included) through `ChangeDecoder`, then every batch it
 //! makes through the raw layer's shaping (envelope and flattened content, tombstones split
-//! off) and parquet's `ArrowWriter`: a refusal is an error, never a panic.
+//! off) and parquet's `ArrowWriter`, and through the lake's: Iceberg types, schema evolution
+//! against the first batch's table, the rows conformed to the table, a data file and its
+//! manifest entry with bounds. A refusal is an error, never a panic; a batch Iceberg can type
+//! is written and described.
 #![no_main]
 
 use std::future::Future;
@@ -12,7 +15,9 @@ use lakesink_config::Content;
 use lakesink_schema_registry::{
     ChangeBatch, ChangeDecoder, FixedResolver, Format, IdKind, KafkaRecord, SchemaRef,
 };
-use lakesink_writers::parquet::content::{shape, tombstones_alone};
+use lakesink_writers::lake::files::{OpenFile, data_file, properties};
+use lakesink_writers::lake::types::{conform, evolution, iceberg_schema};
+use lakesink_writers::parquet::content::{shape, shape_apart, tombstones_alone};
 use libfuzzer_sys::fuzz_target;
 use parquet::arrow::ArrowWriter;
 
@@ -81,15 +86,51 @@ fn parquet(rows: &arrow_array::RecordBatch) {
     w.close().expect("closes");
 }
 
-fn write(batch: &ChangeBatch) {
-    for content in [Content::Envelope, Content::Flattened] {
+fn write(batch: &ChangeBatch, tables: &mut [Option<iceberg::spec::Schema>; 2]) {
+    for (content, table) in [Content::Envelope, Content::Flattened].into_iter().zip(tables) {
         if let Ok(rows) = shape(batch, content) {
             parquet(&rows);
         }
         if let Ok(Some(rows)) = tombstones_alone(batch, content) {
             parquet(&rows);
         }
+        if let Ok(apart) = shape_apart(batch, content) {
+            for rows in apart {
+                lake(&rows, table);
+            }
+        }
     }
+}
+
+/// The lake's path: the first batch Iceberg can type makes the table; a later one is checked
+/// against it (evolution) and, when it fits as it is, conformed to it and written.
+fn lake(rows: &arrow_array::RecordBatch, table: &mut Option<iceberg::spec::Schema>) {
+    let Ok(own) = iceberg_schema(&rows.schema()) else {
+        return;
+    };
+    let schema = match table {
+        Some(t) => match evolution(&rows.schema(), t.as_struct()) {
+            Ok(ev) if ev.is_empty() => t.clone(),
+            _ => own,
+        },
+        None => table.insert(own).clone(),
+    };
+    let Ok(conformed) = conform(rows, schema.as_struct()) else {
+        return;
+    };
+    let mut file = OpenFile::new(conformed.schema(), properties(lakesink_config::Codec::Snappy, 3))
+        .expect("a conformed batch opens a file");
+    file.write(&conformed).expect("a conformed batch is writable");
+    let sealed = file.seal().expect("seals");
+    let entry = data_file(
+        "s3://fuzz/f.parquet".into(),
+        &sealed,
+        &schema,
+        0,
+        iceberg::spec::Struct::empty(),
+    )
+    .expect("a written file has a manifest entry");
+    assert_eq!(entry.record_count(), conformed.num_rows() as u64);
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -135,7 +176,8 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(rest) = dec.finish_all() {
         batches.extend(rest);
     }
+    let mut tables = [None, None];
     for b in &batches {
-        write(b);
+        write(b, &mut tables);
     }
 });
