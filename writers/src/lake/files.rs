@@ -22,7 +22,7 @@ pub fn properties(codec: Codec, row_group_rows: usize) -> WriterProperties {
     WriterProperties::builder()
         .set_compression(crate::parquet::compression(codec))
         .set_max_row_group_row_count(Some(row_group_rows))
-        .set_created_by(format!("lakesink {}", env!("CARGO_PKG_VERSION")))
+        .set_created_by(crate::parquet::created_by())
         .build()
 }
 

@@ -39,7 +39,7 @@ pub use rolling::{RollingPolicy, Rotation, SegmentStats};
 pub use sink::RawSink;
 pub use uploads::Receipt;
 pub use writer::ParquetWriter;
-pub(crate) use writer::compression;
+pub(crate) use writer::{compression, created_by};
 
 /// The raw layer's name as a sink.
 pub const RAW: &str = "raw";

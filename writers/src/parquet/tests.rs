@@ -431,3 +431,16 @@ async fn letting_go_returns_each_partitions_first_offset_not_durable() {
     let r = drain(&mut w).await;
     assert_eq!((r[0].start, r[0].next_offset), (0, 4));
 }
+
+/// parquet-java's `VersionParser` pattern, which must match the whole `created_by` for readers
+/// on the JVM to trust the files' statistics.
+#[test]
+fn created_by_is_in_the_form_parquet_java_parses() {
+    let java =
+        regex::Regex::new(r"^(.*?)\s+version\s*(?:([^(]*?)\s*(?:\(\s*build\s*([^)]*?)\s*\))?)?$")
+            .unwrap();
+    let created_by = super::created_by();
+    let parts = java.captures(&created_by).expect(&created_by);
+    assert_eq!(&parts[1], "lakesink");
+    assert_eq!(&parts[2], env!("CARGO_PKG_VERSION"));
+}

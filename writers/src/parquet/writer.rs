@@ -115,6 +115,13 @@ fn rotations(config: &RawConfig) -> Vec<Rotation> {
 }
 
 /// Parquet's compression for a `codec` setting (the raw layer's and the lake's).
+/// The footer's `created_by`, in the `<app> version <version>` form parquet-java parses
+/// (`VersionParser`): a string it cannot parse makes it distrust, and ignore, the file's
+/// min/max statistics (PARQUET-251), so Spark and Trino would read every row group.
+pub(crate) fn created_by() -> String {
+    format!("lakesink version {}", env!("CARGO_PKG_VERSION"))
+}
+
 pub(crate) fn compression(codec: Codec) -> Compression {
     match codec {
         Codec::None => Compression::UNCOMPRESSED,
@@ -129,7 +136,7 @@ fn properties(config: &RawConfig) -> WriterProperties {
     WriterProperties::builder()
         .set_compression(compression(config.codec))
         .set_max_row_group_row_count(Some(config.row_group_rows))
-        .set_created_by(format!("lakesink {}", env!("CARGO_PKG_VERSION")))
+        .set_created_by(created_by())
         // A new value on every row: a dictionary would be built, then dropped at its
         // size limit.
         .set_column_dictionary_enabled(ColumnPath::from("__offset"), false)
