@@ -32,8 +32,26 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from read_parquet import render  # noqa: E402
 
-# The columns read_iceberg_spark.py compares (this script compares every column).
-COMPARED = ("key", "before", "after", "op", "source", "ts_ms")
+
+def compare(rows, raw, cols):
+    """Each lake row (a dict with `__partition`, `__offset` and `cols`, values as pyarrow gives
+    them) against the raw layer's row at its (partition, offset): the rows compared and the
+    first 20 differences, (partition, offset, column, lake, raw). A column a raw file lacks (an
+    older schema version) is null."""
+    mismatches = []
+    compared = 0
+    for row in rows:
+        at = (row["__partition"], row["__offset"])
+        want = raw.get(at)
+        if want is None:
+            mismatches.append([at[0], at[1], "*", "in the lake", "not in the raw layer"])
+            continue
+        compared += 1
+        for c in cols:
+            a, b = render(row[c]), render(want.get(c))
+            if a != b and len(mismatches) < 20:
+                mismatches.append([at[0], at[1], c, a, b])
+    return compared, mismatches
 
 
 def main():
@@ -82,21 +100,8 @@ def main():
         t = pq.read_table(f"{req['bucket']}/{key}", filesystem=fs)
         for row in t.to_pylist():
             raw[(row["__partition"], row["__offset"])] = row
-    mismatches = []
-    compared = 0
-    # Every column of the table: a column a raw file lacks (an older schema version) is null.
     cols = [c for c in lake.column_names if c not in ("__partition", "__offset")]
-    for row in lake.to_pylist():
-        at = (row["__partition"], row["__offset"])
-        want = raw.get(at)
-        if want is None:
-            mismatches.append([at[0], at[1], "*", "in the lake", "not in the raw layer"])
-            continue
-        compared += 1
-        for c in cols:
-            a, b = render(row[c]), render(want.get(c))
-            if a != b and len(mismatches) < 20:
-                mismatches.append([at[0], at[1], c, a, b])
+    compared, mismatches = compare(lake.to_pylist(), raw, cols)
     out["compared"] = compared
     out["compared_columns"] = cols
     out["spec"] = str(table.spec())

@@ -30,6 +30,12 @@ pub struct Stack {
     pub python: String,
     /// Apache Iceberg's REST catalog test server.
     pub iceberg_rest_url: String,
+    /// A Python with pyspark and pyarrow, for reading lake tables back with Apache Spark
+    /// (`dev/stack install` puts one in its cache).
+    pub spark_python: String,
+    /// The directory of the jars Spark loads for that: Apache Iceberg's Spark runtime, its AWS
+    /// bundle and the PostgreSQL JDBC driver.
+    pub spark_jars: String,
 }
 
 fn var(name: &str, default: &str) -> String {
@@ -61,6 +67,10 @@ impl Stack {
             ),
             python: std::env::var("LAKESINK_PYTHON").unwrap_or_else(|_| default_python()),
             iceberg_rest_url: var("LAKESINK_ICEBERG_REST_URL", "http://127.0.0.1:8282"),
+            spark_python: std::env::var("LAKESINK_SPARK_PYTHON")
+                .unwrap_or_else(|_| in_cache(&format!("spark-{SPARK_VERSION}/bin/python"))),
+            spark_jars: std::env::var("LAKESINK_SPARK_JARS")
+                .unwrap_or_else(|_| in_cache(&format!("spark-jars-{SPARK_ICEBERG_VERSION}"))),
         }
     }
 }
@@ -75,6 +85,22 @@ fn default_python() -> String {
         )
     });
     format!("{cache}/readers/bin/python")
+}
+
+/// `dev/stack`'s `SPARK_VERSION` and `SPARK_ICEBERG_VERSION`, which name the directories
+/// `dev/stack install` puts Spark's venv and jars in.
+const SPARK_VERSION: &str = "4.1.4";
+const SPARK_ICEBERG_VERSION: &str = "1.12.0";
+
+/// A path in `dev/stack`'s cache, `$LAKESINK_CACHE` (default `~/.cache/lakesink`).
+fn in_cache(path: &str) -> String {
+    let cache = std::env::var("LAKESINK_CACHE").unwrap_or_else(|_| {
+        format!(
+            "{}/.cache/lakesink",
+            std::env::var("HOME").unwrap_or_default()
+        )
+    });
+    format!("{cache}/{path}")
 }
 
 /// The message every integration test fails with when a component does not answer.

@@ -118,8 +118,14 @@ fn compose_publishes_the_ports_dev_stack_uses() {
 }
 
 /// Variables for the tests on the host, not for the lakesink service: the readers' Python,
-/// and the TLS-only PostgreSQL of the security tests.
-const HOST_ONLY: [&str; 2] = ["LAKESINK_PYTHON", "LAKESINK_TLS_PG_URL"];
+/// Apache Spark's Python and jars (the lake tests' read-back), and the TLS-only PostgreSQL of
+/// the security tests.
+const HOST_ONLY: [&str; 4] = [
+    "LAKESINK_PYTHON",
+    "LAKESINK_SPARK_PYTHON",
+    "LAKESINK_SPARK_JARS",
+    "LAKESINK_TLS_PG_URL",
+];
 
 #[test]
 fn compose_gives_lakesink_every_variable_dev_stack_prints() {

@@ -1,8 +1,9 @@
 //! Lake tables against the real stack: the `lakesink` binary writes a topic to an Iceberg
 //! table (SQL catalog in PostgreSQL or Apache Iceberg's REST catalog server, files on the S3
 //! server) beside the raw layer, is killed at every lake failpoint, restarts, shares the table
-//! with a second instance that is killed mid-commit, and in the end pyiceberg and DuckDB read
-//! every record of the topic exactly once, each value equal to the raw layer's.
+//! with a second instance that is killed mid-commit, and in the end pyiceberg and DuckDB (and,
+//! after the crash tests, Apache Spark with Iceberg's Spark runtime) read every record of the
+//! topic exactly once, each value equal to the raw layer's.
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
@@ -62,9 +63,9 @@ allow-http = true
     )
 }
 
-/// `tests/python/read_iceberg.py`: the table through pyiceberg and DuckDB, beside the raw
-/// layer's files.
-async fn read_back(run: &Run, kind: Kind, catalog: &str, table: &str) -> Value {
+/// The request `tests/python/read_iceberg.py` and `read_iceberg_spark.py` take: the catalog, the
+/// table, the S3 server and the raw layer's files.
+async fn read_request(run: &Run, kind: Kind, catalog: &str, table: &str) -> Value {
     let store = run.store();
     let prefix = Path::from(format!("{}/topics", run.prefix));
     let keys: Vec<String> = store
@@ -82,7 +83,7 @@ async fn read_back(run: &Run, kind: Kind, catalog: &str, table: &str) -> Value {
         ),
         Kind::Rest => ("rest", s.iceberg_rest_url.clone()),
     };
-    let request = json!({
+    json!({
         "catalog_type": catalog_type,
         "catalog_uri": catalog_uri,
         "catalog_name": catalog,
@@ -91,7 +92,14 @@ async fn read_back(run: &Run, kind: Kind, catalog: &str, table: &str) -> Value {
                "secret": s.s3_secret_access_key, "region": s.s3_region},
         "bucket": s.s3_bucket,
         "raw_keys": keys,
-    });
+    })
+}
+
+/// `tests/python/read_iceberg.py`: the table through pyiceberg and DuckDB, beside the raw
+/// layer's files.
+async fn read_back(run: &Run, kind: Kind, catalog: &str, table: &str) -> Value {
+    let request = read_request(run, kind, catalog, table).await;
+    let s = &run.stack;
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/python/read_iceberg.py");
     let out = Command::new(&s.python)
         .arg(script)
@@ -104,6 +112,29 @@ async fn read_back(run: &Run, kind: Kind, catalog: &str, table: &str) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).expect("json from read_iceberg.py")
+}
+
+/// `tests/python/read_iceberg_spark.py`: the table through Apache Spark and Apache Iceberg's
+/// Spark runtime (the JDBC catalog over the same database for SQL), beside the raw layer's files.
+async fn read_back_spark(run: &Run, kind: Kind, catalog: &str, table: &str) -> Value {
+    let request = read_request(run, kind, catalog, table).await;
+    let s = &run.stack;
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/python/read_iceberg_spark.py");
+    let started = Instant::now();
+    let out = Command::new(&s.spark_python)
+        .arg(script)
+        .arg(request.to_string())
+        .env("LAKESINK_SPARK_JARS", &s.spark_jars)
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e} (run `dev/stack install`)", s.spark_python));
+    assert!(
+        out.status.success(),
+        "read_iceberg_spark.py failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("Spark read {table} in {:.1?}", started.elapsed());
+    serde_json::from_slice(&out.stdout).expect("json from read_iceberg_spark.py")
 }
 
 fn pairs(v: &Value) -> Vec<(i32, i64)> {
@@ -122,6 +153,7 @@ fn pairs(v: &Value) -> Vec<(i32, i64)> {
 
 /// What every lake test checks in the end: each record of the topic once in pyiceberg's and
 /// DuckDB's reads, equal to the raw layer's, and the group's offsets in the snapshot summary.
+/// Returns pyiceberg's read.
 async fn assert_table(
     run: &Run,
     kind: Kind,
@@ -129,7 +161,7 @@ async fn assert_table(
     namespace: &str,
     count: i64,
     partitioned: bool,
-) {
+) -> Value {
     let (want, end) = expected(run.partitions, count);
     let name = run.topic.replace('.', "_");
     let got = read_back(run, kind, catalog, &format!("{namespace}.{name}")).await;
@@ -184,6 +216,55 @@ async fn assert_table(
         "price: optional decimal(10, 2)",
         "created_at: optional timestamp",
         "updated_at: optional timestamptz",
+    ] {
+        assert!(schema.contains(column), "{schema}");
+    }
+    got
+}
+
+/// Apache Spark reads what pyiceberg read (`pyiceberg`, [`assert_table`]'s): each record of the
+/// topic once, every value equal to the raw layer's, and the group's offsets in the current
+/// snapshot's summary.
+async fn assert_spark_reads(
+    run: &Run,
+    kind: Kind,
+    catalog: &str,
+    namespace: &str,
+    count: i64,
+    pyiceberg: &Value,
+) {
+    let (want, _) = expected(run.partitions, count);
+    let name = run.topic.replace('.', "_");
+    let got = read_back_spark(run, kind, catalog, &format!("{namespace}.{name}")).await;
+    let offsets = pairs(&got["offsets"]);
+    assert_exactly_once(&offsets, &want);
+    assert_eq!(
+        offsets,
+        pairs(&pyiceberg["offsets"]),
+        "Spark and pyiceberg read different rows"
+    );
+    assert_eq!(got["count"], json!(count), "{got}");
+    assert_eq!(got["compared"], json!(count), "{got}");
+    assert_eq!(
+        got["compared_columns"], pyiceberg["compared_columns"],
+        "Spark compared other columns than pyiceberg"
+    );
+    assert_eq!(
+        got["mismatches"],
+        json!([]),
+        "Spark's rows and the raw layer differ"
+    );
+    let key = format!("lakesink.offsets.{}", run.group);
+    assert!(got["snapshot_summary"][&key].is_string(), "{got}");
+    assert_eq!(
+        got["snapshot_summary"][&key], pyiceberg["summary"][&key],
+        "Spark's current snapshot is not pyiceberg's"
+    );
+    let schema = got["schema"].as_str().expect("schema");
+    for column in [
+        "price:decimal(10,2)",
+        "created_at:timestamp_ntz",
+        "updated_at:timestamp",
     ] {
         assert!(schema.contains(column), "{schema}");
     }
@@ -269,7 +350,9 @@ async fn crash_at_every_failpoint(kind: Kind, extra: &str) {
         (0, 0, 0),
         "{again:?}"
     );
-    assert_table(&run, kind, &catalog, &namespace, count, !extra.is_empty()).await;
+    let read = assert_table(&run, kind, &catalog, &namespace, count, !extra.is_empty()).await;
+    // And Apache Spark with Iceberg's own (Java) reader and catalog client reads the same.
+    assert_spark_reads(&run, kind, &catalog, &namespace, count, &read).await;
 }
 
 /// `lake maintain` with no writer running: every snapshot but the current, every orphan.
