@@ -73,6 +73,28 @@ impl Stack {
                 .unwrap_or_else(|_| in_cache(&format!("spark-jars-{SPARK_ICEBERG_VERSION}"))),
         }
     }
+
+    /// The catalog the Python readers (`tests/python/read_iceberg*.py`) open: `("rest", its
+    /// URL)`, or `("sql", the replica's PostgreSQL as a SQLAlchemy URL)`.
+    pub fn reader_catalog(&self, rest: bool) -> (&'static str, String) {
+        if rest {
+            ("rest", self.iceberg_rest_url.clone())
+        } else {
+            (
+                "sql",
+                self.replica_pg_url
+                    .replacen("postgres://", "postgresql+psycopg2://", 1),
+            )
+        }
+    }
+
+    /// The S3 server's settings as the keys of a store table (`[raw.store]`, `[lake.store]`).
+    pub fn store_keys(&self) -> String {
+        format!(
+            "endpoint = \"{}\"\nregion = \"{}\"\naccess-key-id = \"{}\"\nsecret-access-key = \"{}\"\nallow-http = true\n",
+            self.s3_endpoint, self.s3_region, self.s3_access_key_id, self.s3_secret_access_key
+        )
+    }
 }
 
 /// Where `dev/stack install` puts the readers' venv: `$LAKESINK_CACHE/readers`, the cache

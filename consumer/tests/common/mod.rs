@@ -86,17 +86,9 @@ url = "s3://{bucket}/{prefix}"
 {extra}
 
 [raw.store]
-endpoint = "{endpoint}"
-region = "{region}"
-access-key-id = "{key}"
-secret-access-key = "{secret}"
-allow-http = true
-"#,
+{store}"#,
                 bucket = stack.s3_bucket,
-                endpoint = stack.s3_endpoint,
-                region = stack.s3_region,
-                key = stack.s3_access_key_id,
-                secret = stack.s3_secret_access_key,
+                store = stack.store_keys(),
             ));
         }
         std::fs::write(&config, text).expect("config written");

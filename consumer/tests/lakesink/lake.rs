@@ -49,17 +49,9 @@ commit-interval-ms = 1000
 {extra}
 
 [lake.store]
-endpoint = "{endpoint}"
-region = "{region}"
-access-key-id = "{key}"
-secret-access-key = "{secret}"
-allow-http = true
-"#,
+{store}"#,
         bucket = stack.s3_bucket,
-        endpoint = stack.s3_endpoint,
-        region = stack.s3_region,
-        key = stack.s3_access_key_id,
-        secret = stack.s3_secret_access_key,
+        store = stack.store_keys(),
     )
 }
 
@@ -75,14 +67,7 @@ async fn read_request(run: &Run, kind: Kind, catalog: &str, table: &str) -> Valu
         .await
         .expect("list");
     let s = &run.stack;
-    let (catalog_type, catalog_uri) = match kind {
-        Kind::Sql => (
-            "sql",
-            s.replica_pg_url
-                .replacen("postgres://", "postgresql+psycopg2://", 1),
-        ),
-        Kind::Rest => ("rest", s.iceberg_rest_url.clone()),
-    };
+    let (catalog_type, catalog_uri) = s.reader_catalog(kind == Kind::Rest);
     json!({
         "catalog_type": catalog_type,
         "catalog_uri": catalog_uri,

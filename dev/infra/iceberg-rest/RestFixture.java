@@ -30,6 +30,10 @@ public class RestFixture {
       }
     });
     props.putIfAbsent("catalog-impl", "org.apache.iceberg.jdbc.JdbcCatalog");
+    // A pooled connection whose PostgreSQL restarted (the outage tests restart the replica's)
+    // fails with 57P01, "terminating connection due to administrator command": reconnect and
+    // retry, as for the SQL states JdbcClientPool retries by default (08xxx, 40001).
+    props.putIfAbsent("retryable_status_codes", "57P01");
     Catalog catalog = CatalogUtil.buildIcebergCatalog("rest_backend", props, new Configuration());
 
     ServletContextHandler context = new ServletContextHandler(ServletContextHandler.NO_SESSIONS);

@@ -87,6 +87,19 @@ impl OpenFile {
     }
 }
 
+/// `batch` as one file of the table whose columns are `table`'s (their field ids), encoded with
+/// `props`: a file written at once, as opposed to [`OpenFile`]'s batch by batch.
+pub fn encode(
+    batch: &arrow_array::RecordBatch,
+    table: &iceberg::spec::StructType,
+    props: WriterProperties,
+) -> Result<Sealed, String> {
+    let rows = crate::lake::types::conform(batch, table).map_err(|e| e.to_string())?;
+    let mut open = OpenFile::new(rows.schema(), props)?;
+    open.write(&rows)?;
+    open.seal()
+}
+
 /// The manifest entry of a sealed file at `path`: its counts per column, and lower and upper
 /// bounds where Parquet's statistics give them (see [`bounds`]), so engines skip files by them.
 pub fn data_file(
@@ -95,6 +108,31 @@ pub fn data_file(
     schema: &Schema,
     spec_id: i32,
     partition: Struct,
+) -> Result<DataFile, String> {
+    entry(path, sealed, schema, spec_id, partition, None)
+}
+
+/// The manifest entry of an equality-delete file: rows of the columns `equality_ids` (the
+/// table's field ids, which the file's columns carry) whose matches in older data files are
+/// deleted.
+pub fn equality_delete_file(
+    path: String,
+    sealed: &Sealed,
+    schema: &Schema,
+    spec_id: i32,
+    partition: Struct,
+    equality_ids: Vec<i32>,
+) -> Result<DataFile, String> {
+    entry(path, sealed, schema, spec_id, partition, Some(equality_ids))
+}
+
+fn entry(
+    path: String,
+    sealed: &Sealed,
+    schema: &Schema,
+    spec_id: i32,
+    partition: Struct,
+    equality_ids: Option<Vec<i32>>,
 ) -> Result<DataFile, String> {
     let mut sizes: HashMap<i32, u64> = HashMap::new();
     let mut values: HashMap<i32, u64> = HashMap::new();
@@ -151,8 +189,13 @@ pub fn data_file(
         lower.remove(&id);
         upper.remove(&id);
     }
+    let content = match equality_ids {
+        Some(_) => DataContentType::EqualityDeletes,
+        None => DataContentType::Data,
+    };
     DataFileBuilder::default()
-        .content(DataContentType::Data)
+        .content(content)
+        .equality_ids(equality_ids)
         .file_path(path)
         .file_format(DataFileFormat::Parquet)
         .partition(partition)

@@ -4,22 +4,26 @@
 //!
 //! - [`storage`]: Iceberg's file I/O over lakesink's `object_store`.
 //! - [`catalog`]: the SQL (PostgreSQL) and REST catalogs.
+//! - [`commit`]: commits of updates built by lakesink (a row delta), to either catalog.
 //! - [`types`]: Debezium's types as Iceberg types, and rows as Arrow arrays with field ids.
 //! - [`files`]: data files encoded with lakesink's Parquet writer, and their manifest entries.
 //! - [`offsets`]: the offsets in the snapshot summary, and the commit that checks them.
 //! - [`partition`]: partition specs from `partition-by`, and rows split by them.
+//! - [`row_delta`]: a snapshot of data and delete files together (upsert mode).
 //! - [`promote`]: widening a column's type, which the crate's schema update cannot do.
 //! - [`sink`]: the [`crate::sink::Sink`] that drives it all.
 //! - [`probe`]: `lakesink check` for the catalog.
 //! - [`maintain`]: `lakesink lake maintain`: snapshot expiry and orphan files.
 
 pub mod catalog;
+pub mod commit;
 pub mod files;
 pub mod maintain;
 pub mod offsets;
 pub mod partition;
 pub mod probe;
 pub mod promote;
+pub mod row_delta;
 pub mod sink;
 pub mod storage;
 pub mod types;
@@ -78,6 +82,11 @@ fn http_status(e: &iceberg::Error) -> Option<u16> {
 fn refused(status: u16) -> bool {
     (400..500).contains(&status) && status != 408 && status != 429
 }
+
+#[cfg(test)]
+pub(crate) mod fake;
+#[cfg(test)]
+pub(crate) use fake::memory_catalog;
 
 #[cfg(test)]
 mod tests {
