@@ -6,17 +6,23 @@
 //! checks that the partitions it covers still stand where this instance last saw them: if an
 //! instance that owned a partition before a rebalance committed it meanwhile, or this commit
 //! already landed (an answer lost on the way back), it is not committed again.
+//!
+//! The snapshot is built on the table as loaded and committed only if the catalog still holds
+//! that table ([`super::commit`]): the `iceberg` crate's transactions reload the table at commit
+//! and apply their actions to the newer one, which would write this instance's view of the
+//! offsets over another instance's newer ones (its rows then in the table twice).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use iceberg::spec::DataFile;
 use iceberg::table::Table;
-use iceberg::transaction::{ApplyTransactionAction, Transaction};
-use iceberg::{Catalog, TableIdent};
+use iceberg::{Catalog, TableIdent, TableUpdate};
 use lakesink_model::TopicPartition;
 
 use super::catalog::{OneAttempt, is_conflict};
+use super::commit::Committer;
+use super::row_delta::RowDelta;
 
 /// The snapshot summary and table property key of a group's offsets.
 pub fn key(group: &str) -> String {
@@ -109,6 +115,7 @@ const ATTEMPTS: u32 = 20;
 /// Commits the files of `covered` in one snapshot, with the group's offsets merged.
 pub async fn commit(
     catalog: &OneAttempt,
+    committer: &Committer,
     ident: &TableIdent,
     group: &str,
     mut covered: Vec<Covered>,
@@ -148,21 +155,20 @@ pub async fn commit(
             .iter()
             .flat_map(|c| c.files.iter().cloned())
             .collect();
-        let tx = Transaction::new(&table);
-        let append = tx
-            .fast_append()
-            // The offsets check above is what keeps a file from being committed twice;
-            // the crate's own check reads every manifest of the table.
-            .with_check_duplicate(false)
-            .set_snapshot_properties(HashMap::from([(key(group), text.clone())]))
-            .add_data_files(files);
-        let tx = append.apply(tx)?;
-        let tx = tx
-            .update_table_properties()
-            .set(key(group), text)
-            .apply(tx)?;
+        let delta = RowDelta {
+            data: files,
+            properties: HashMap::from([(key(group), text.clone())]),
+            ..RowDelta::default()
+        };
+        let mut prepared = delta.prepare(&table).await?;
+        prepared.updates.push(TableUpdate::SetProperties {
+            updates: HashMap::from([(key(group), text)]),
+        });
         attempt += 1;
-        match tx.commit(catalog).await {
+        match committer
+            .commit(&table, prepared.requirements, prepared.updates)
+            .await
+        {
             Ok(t) => {
                 outcome.committed.append(&mut covered);
                 outcome.table = Some(t);

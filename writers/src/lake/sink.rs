@@ -25,6 +25,7 @@ use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
 use super::catalog::{OneAttempt, is_conflict};
+use super::commit::Committer;
 use super::files::{OpenFile, Sealed, data_file, file_name, properties};
 use super::offsets::{self, Covered, Outcome};
 use super::partition::{Partitioner, unbound_spec};
@@ -41,6 +42,8 @@ use crate::sink::{
 struct Shared {
     config: LakeConfig,
     catalog: OneAttempt,
+    /// Commits snapshots built on the table as loaded ([`super::commit`]).
+    committer: Committer,
     storage: LakeStorage,
     namespace: NamespaceIdent,
     group: String,
@@ -163,11 +166,13 @@ impl LakeSink {
         let catalog = super::catalog::open(config, &storage)
             .await
             .map_err(|e| fail(LakeError::Catalog(e)))?;
+        let committer = Committer::open(config).map_err(|e| fail(LakeError::Catalog(e)))?;
         let namespace = NamespaceIdent::from_vec(config.namespace_levels())
             .map_err(|e| fail(LakeError::Config(format!("lake.namespace: {e}"))))?;
         let s = Arc::new(Shared {
             config: config.clone(),
             catalog,
+            committer,
             storage,
             namespace,
             group: group.to_owned(),
@@ -701,7 +706,7 @@ async fn commit(
         || {
             let covered = covered.clone();
             async move {
-                offsets::commit(&s.catalog, ident, &s.group, covered)
+                offsets::commit(&s.catalog, &s.committer, ident, &s.group, covered)
                     .await
                     .map_err(LakeError::Catalog)
             }

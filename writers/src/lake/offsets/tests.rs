@@ -2,47 +2,53 @@
 //! object store: offsets merge across instances, a commit never lands twice, and a partition
 //! another writer moved is fenced.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow_array::{Int64Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema as ArrowSchema};
-use iceberg::memory::{MEMORY_CATALOG_WAREHOUSE, MemoryCatalogBuilder};
-use iceberg::{Catalog, CatalogBuilder, NamespaceIdent, TableCreation, TableIdent};
+use iceberg::{Catalog, NamespaceIdent, TableCreation, TableIdent};
 
 use super::*;
 use crate::lake::catalog::OneAttempt;
-use crate::lake::files::{OpenFile, data_file, properties};
-use crate::lake::storage::{LakeStorage, LakeStorageFactory};
-use crate::lake::types::{conform, iceberg_schema};
+use crate::lake::commit::Committer;
+use crate::lake::fake::Fake;
+use crate::lake::files::{data_file, encode, properties};
+use crate::lake::types::iceberg_schema;
+use iceberg::transaction::{ApplyTransactionAction, Transaction};
 
-async fn setup() -> (OneAttempt, TableIdent) {
-    let store: Arc<dyn object_store::ObjectStore> = Arc::new(object_store::memory::InMemory::new());
-    let storage = LakeStorage::new(store, "memory://lake/".into());
-    let catalog = MemoryCatalogBuilder::default()
-        .with_storage_factory(Arc::new(LakeStorageFactory(storage)))
-        .load(
-            "test",
-            HashMap::from([(
-                MEMORY_CATALOG_WAREHOUSE.to_owned(),
-                "memory://lake/wh".to_owned(),
-            )]),
-        )
-        .await
-        .expect("catalog");
-    let catalog = OneAttempt(Arc::new(catalog));
+struct Lake {
+    catalog: OneAttempt,
+    fake: Arc<Fake>,
+    committer: Committer,
+}
+
+async fn setup() -> (Lake, TableIdent) {
+    let fake = Fake::new().await;
+    let catalog = OneAttempt(fake.clone());
     let ns = NamespaceIdent::new("cdc".into());
-    catalog
-        .create_namespace(&ns, HashMap::new())
-        .await
-        .expect("namespace");
     let schema = iceberg_schema(&arrow()).expect("schema");
     let creation = TableCreation::builder()
         .name("t".into())
         .schema(schema)
         .build();
     catalog.create_table(&ns, creation).await.expect("table");
-    (catalog, TableIdent::new(ns, "t".into()))
+    let committer = Committer::Fake(fake.clone());
+    let lake = Lake {
+        catalog,
+        fake,
+        committer,
+    };
+    (lake, TableIdent::new(ns, "t".into()))
+}
+
+/// [`super::commit`] on the test's catalog.
+async fn commit(
+    lake: &Lake,
+    ident: &TableIdent,
+    group: &str,
+    covered: Vec<Covered>,
+) -> Result<Outcome, iceberg::Error> {
+    super::commit(&lake.catalog, &lake.committer, ident, group, covered).await
 }
 
 fn arrow() -> ArrowSchema {
@@ -58,14 +64,12 @@ async fn file(catalog: &OneAttempt, ident: &TableIdent, offsets: std::ops::Range
         vec![Arc::new(Int64Array::from_iter_values(offsets.clone()))],
     )
     .expect("batch");
-    let rows = conform(&batch, schema.as_struct()).expect("conform");
-    let mut open = OpenFile::new(
-        rows.schema(),
+    let sealed = encode(
+        &batch,
+        schema.as_struct(),
         properties(lakesink_config::Codec::Zstd, 1024),
     )
-    .expect("open");
-    open.write(&rows).expect("write");
-    let sealed = open.seal().expect("seal");
+    .expect("encode");
     let path = format!(
         "memory://lake/wh/cdc/t/data/{}-{}.parquet",
         offsets.start,
@@ -125,54 +129,57 @@ async fn state(catalog: &OneAttempt, ident: &TableIdent, group: &str) -> (Offset
 
 #[tokio::test]
 async fn instances_merge_their_partitions_offsets_into_one_summary() {
-    let (catalog, ident) = setup().await;
-    let a = covered(&catalog, &ident, 0, None, 0..10).await;
-    let b = covered(&catalog, &ident, 1, None, 0..7).await;
+    let (lake, ident) = setup().await;
+    let catalog = &lake.catalog;
+    let a = covered(catalog, &ident, 0, None, 0..10).await;
+    let b = covered(catalog, &ident, 1, None, 0..7).await;
     // Two instances at once: whichever loses the race reloads and merges.
     let (ra, rb) = tokio::join!(
-        commit(&catalog, &ident, "g", vec![a]),
-        commit(&catalog, &ident, "g", vec![b])
+        commit(&lake, &ident, "g", vec![a]),
+        commit(&lake, &ident, "g", vec![b])
     );
     assert_eq!(ra.expect("a").committed.len(), 1);
     assert_eq!(rb.expect("b").committed.len(), 1);
-    let (offsets, snapshots, records) = state(&catalog, &ident, "g").await;
+    let (offsets, snapshots, records) = state(catalog, &ident, "g").await;
     assert_eq!(
         offsets["topic.a"],
         std::collections::BTreeMap::from([(0, 10), (1, 7)])
     );
     assert_eq!((snapshots, records), (2, 17));
     // Another group's offsets are its own.
-    assert!(state(&catalog, &ident, "other").await.0.is_empty());
+    assert!(state(catalog, &ident, "other").await.0.is_empty());
 }
 
 #[tokio::test]
 async fn a_commit_whose_answer_was_lost_is_not_made_again() {
-    let (catalog, ident) = setup().await;
-    let first = covered(&catalog, &ident, 0, None, 0..10).await;
-    commit(&catalog, &ident, "g", vec![first.clone()])
+    let (lake, ident) = setup().await;
+    let catalog = &lake.catalog;
+    let first = covered(catalog, &ident, 0, None, 0..10).await;
+    commit(&lake, &ident, "g", vec![first.clone()])
         .await
         .expect("commit");
     // The same commit again, as after an error that hid its success.
-    let again = commit(&catalog, &ident, "g", vec![first])
+    let again = commit(&lake, &ident, "g", vec![first])
         .await
         .expect("again");
     assert_eq!(again.committed.len(), 1, "the rows are held");
     assert!(again.table.is_none(), "no snapshot was made");
-    assert_eq!(state(&catalog, &ident, "g").await.1, 1);
-    assert_eq!(state(&catalog, &ident, "g").await.2, 10);
+    assert_eq!(state(catalog, &ident, "g").await.1, 1);
+    assert_eq!(state(catalog, &ident, "g").await.2, 10);
 }
 
 #[tokio::test]
 async fn a_partition_another_writer_moved_is_fenced_and_the_rest_committed() {
-    let (catalog, ident) = setup().await;
-    let theirs = covered(&catalog, &ident, 0, None, 0..10).await;
-    commit(&catalog, &ident, "g", vec![theirs])
+    let (lake, ident) = setup().await;
+    let catalog = &lake.catalog;
+    let theirs = covered(catalog, &ident, 0, None, 0..10).await;
+    commit(&lake, &ident, "g", vec![theirs])
         .await
         .expect("theirs");
     // This instance saw partition 0 before the other committed it; partition 1 is its own.
-    let stale = covered(&catalog, &ident, 0, None, 0..20).await;
-    let own = covered(&catalog, &ident, 1, None, 0..5).await;
-    let out = commit(&catalog, &ident, "g", vec![stale, own])
+    let stale = covered(catalog, &ident, 0, None, 0..20).await;
+    let own = covered(catalog, &ident, 1, None, 0..5).await;
+    let out = commit(&lake, &ident, "g", vec![stale, own])
         .await
         .expect("commit");
     assert_eq!(
@@ -186,7 +193,7 @@ async fn a_partition_another_writer_moved_is_fenced_and_the_rest_committed() {
             .collect::<Vec<_>>(),
         vec![1]
     );
-    let (offsets, _, records) = state(&catalog, &ident, "g").await;
+    let (offsets, _, records) = state(catalog, &ident, "g").await;
     assert_eq!(
         offsets["topic.a"],
         std::collections::BTreeMap::from([(0, 10), (1, 5)])
@@ -196,28 +203,66 @@ async fn a_partition_another_writer_moved_is_fenced_and_the_rest_committed() {
 
 #[tokio::test]
 async fn offsets_are_found_behind_a_snapshot_another_writer_made() {
-    let (catalog, ident) = setup().await;
-    let mine = covered(&catalog, &ident, 0, None, 0..10).await;
-    commit(&catalog, &ident, "g", vec![mine])
+    let (lake, ident) = setup().await;
+    let catalog = &lake.catalog;
+    let mine = covered(catalog, &ident, 0, None, 0..10).await;
+    commit(&lake, &ident, "g", vec![mine])
         .await
         .expect("commit");
     // A foreign append (another tool) carries no lakesink offsets.
     let table = catalog.load_table(&ident).await.expect("load");
-    let foreign = file(&catalog, &ident, 100..101).await;
+    let foreign = file(catalog, &ident, 100..101).await;
     let tx = Transaction::new(&table);
     let tx = tx
         .fast_append()
         .add_data_files(vec![foreign])
         .apply(tx)
         .expect("apply");
-    tx.commit(&catalog).await.expect("foreign commit");
-    let (offsets, snapshots, _) = state(&catalog, &ident, "g").await;
+    tx.commit(catalog).await.expect("foreign commit");
+    let (offsets, snapshots, _) = state(catalog, &ident, "g").await;
     assert_eq!(snapshots, 2);
     assert_eq!(offsets["topic.a"][&0], 10);
-    let next = covered(&catalog, &ident, 0, Some(10), 10..15).await;
-    let out = commit(&catalog, &ident, "g", vec![next])
+    let next = covered(catalog, &ident, 0, Some(10), 10..15).await;
+    let out = commit(&lake, &ident, "g", vec![next])
         .await
         .expect("commit");
     assert_eq!(out.committed.len(), 1);
-    assert_eq!(state(&catalog, &ident, "g").await.0["topic.a"][&0], 15);
+    assert_eq!(state(catalog, &ident, "g").await.0["topic.a"][&0], 15);
+}
+
+/// The two-instance end-to-end test's failure, made certain: another instance commits its
+/// partition between this instance's load of the table and its commit. The commit must lose
+/// the race and merge, not land on the newer table with the older offsets (the other
+/// instance's partition would then be read again and its rows written twice).
+#[tokio::test]
+async fn a_commit_that_loses_a_race_keeps_the_winners_offsets() {
+    let (lake, ident) = setup().await;
+    let catalog = &lake.catalog;
+    let theirs = covered(catalog, &ident, 1, None, 0..7).await;
+    let mine = covered(catalog, &ident, 0, None, 0..10).await;
+    let (other, other_ident) = (
+        Lake {
+            catalog: lake.catalog.clone(),
+            fake: lake.fake.clone(),
+            committer: lake.committer.clone(),
+        },
+        ident.clone(),
+    );
+    lake.fake
+        .race(Box::pin(async move {
+            let out = commit(&other, &other_ident, "g", vec![theirs])
+                .await
+                .expect("theirs");
+            assert_eq!(out.committed.len(), 1);
+        }))
+        .await;
+    let out = commit(&lake, &ident, "g", vec![mine]).await.expect("mine");
+    assert_eq!(out.committed.len(), 1);
+    let (offsets, snapshots, records) = state(catalog, &ident, "g").await;
+    assert_eq!(
+        offsets["topic.a"],
+        std::collections::BTreeMap::from([(0, 10), (1, 7)]),
+        "the winner's offsets are kept"
+    );
+    assert_eq!((snapshots, records), (2, 17));
 }
