@@ -9,7 +9,8 @@
 //! - [`files`]: data files encoded with lakesink's Parquet writer, and their manifest entries.
 //! - [`offsets`]: the offsets in the snapshot summary, and the commit that checks them.
 //! - [`partition`]: partition specs from `partition-by`, and rows split by them.
-//! - [`row_delta`]: a snapshot of data and delete files together (upsert mode).
+//! - [`row_delta`]: each commit's snapshot: data files, and delete files with them (upsert mode).
+//! - [`upsert`]: upsert mode's collapse of a commit's changes per key.
 //! - [`promote`]: widening a column's type, which the crate's schema update cannot do.
 //! - [`sink`]: the [`crate::sink::Sink`] that drives it all.
 //! - [`probe`]: `lakesink check` for the catalog.
@@ -27,6 +28,7 @@ pub mod row_delta;
 pub mod sink;
 pub mod storage;
 pub mod types;
+pub mod upsert;
 
 pub use sink::LakeSink;
 
