@@ -27,13 +27,16 @@ pub(crate) struct MaintainArgs {
     /// Only this table of the namespace (repeatable); default: every table in it.
     #[arg(long = "table")]
     tables: Vec<String>,
+    /// Print what would be expired and deleted; change and delete nothing.
+    #[arg(long)]
+    dry_run: bool,
 }
 
 /// Under this, an orphan may be a running commit's file.
 const SAFE_ORPHAN_MINUTES: u64 = 60;
 
 pub(crate) async fn run(args: MaintainArgs) -> anyhow::Result<()> {
-    if args.orphan_age_minutes < SAFE_ORPHAN_MINUTES && !args.no_writers {
+    if args.orphan_age_minutes < SAFE_ORPHAN_MINUTES && !args.no_writers && !args.dry_run {
         bail!(
             "--orphan-age-minutes {} is under {SAFE_ORPHAN_MINUTES}: a lakesink that is \
              committing has files no snapshot refers to yet, and they would be deleted. Stop \
@@ -55,11 +58,18 @@ pub(crate) async fn run(args: MaintainArgs) -> anyhow::Result<()> {
         retain_last: args.retain_last,
         orphan_age_ms: minutes(args.orphan_age_minutes),
         tables: args.tables,
+        dry_run: args.dry_run,
+    };
+    // The same line either way, so a dry run's figures compare with the real run's.
+    let dry = if args.dry_run {
+        "dry run, nothing changed: "
+    } else {
+        ""
     };
     let reports = maintain(lake, &opts).await.map_err(anyhow::Error::msg)?;
     for r in &reports {
         println!(
-            "{}: {} of {} snapshots expired, {} files only they referenced deleted, {} orphan \
+            "{dry}{}: {} of {} snapshots expired, {} files only they referenced deleted, {} orphan \
              files deleted, {} younger orphans kept",
             r.table,
             r.snapshots_expired,

@@ -323,7 +323,14 @@ async fn crash_at_every_failpoint(kind: Kind, extra: &str) {
     assert_table(&run, kind, &catalog, &namespace, count, !extra.is_empty()).await;
     // With every writer stopped: every snapshot but the current expired, and the files of
     // the commits the crashes cut short deleted; the table reads the same.
+    // A dry run first: the same figures as the run after it, and nothing changed.
+    let dry = maintain(&run, &[EVERYTHING_NOW, &["--dry-run"]].concat());
     let first = maintain(&run, EVERYTHING_NOW);
+    assert_eq!(
+        (dry.expired, dry.orphans, dry.young),
+        (first.expired, first.orphans, first.young),
+        "the dry run's figures are the real run's: {dry:?} {first:?}"
+    );
     assert!(first.expired > 0, "{first:?}");
     assert!(
         first.orphans > 0,

@@ -13,6 +13,8 @@
 //!   `DeleteOrphanFiles` has the same guard, three days by default).
 //! - The Kafka offsets live in each snapshot's summary and in a table property, so expiry
 //!   never loses them.
+//! - A **dry run** makes the same selection on the table as it is, through a catalog that
+//!   applies the expiry to a copy of the metadata and keeps it ([`Dry`]), and deletes nothing.
 
 use std::collections::HashSet;
 
@@ -39,6 +41,8 @@ pub struct Options {
     pub orphan_age_ms: i64,
     /// Only these tables (names in the namespace); empty: every table of the namespace.
     pub tables: Vec<String>,
+    /// Report what would be expired and deleted; change and delete nothing.
+    pub dry_run: bool,
 }
 
 /// What happened to one table.
@@ -109,7 +113,12 @@ async fn table(
             .expire_older_than_ms(now.saturating_sub(opts.snapshot_age_ms))
             .retain_last(opts.retain_last.max(1));
         let tx = action.apply(tx).map_err(|e| e.to_string())?;
-        match tx.commit(catalog).await {
+        let committed = if opts.dry_run {
+            tx.commit(&Dry(catalog)).await
+        } else {
+            tx.commit(catalog).await
+        };
+        match committed {
             Ok(t) => {
                 report.snapshots_expired = report
                     .snapshots_before
@@ -122,8 +131,10 @@ async fn table(
     };
     let store = storage.store().map_err(|e| e.to_string())?;
     let gone: HashSet<String> = before.difference(&after).cloned().collect();
-    for key in &gone {
-        delete(store, key).await?;
+    if !opts.dry_run {
+        for key in &gone {
+            delete(store, key).await?;
+        }
     }
     report.expired_files = gone.iter().cloned().collect();
     report.expired_files.sort();
@@ -148,13 +159,95 @@ async fn table(
             report.young_orphans += 1;
             continue;
         }
-        delete(store, &key).await?;
+        if !opts.dry_run {
+            delete(store, &key).await?;
+        }
         report.orphans.push(key);
     }
     report.orphans.sort();
     info!(table = %ident, expired = report.snapshots_expired, files = report.expired_files.len(),
         orphans = report.orphans.len(), young = report.young_orphans, "lake table maintained");
     Ok(report)
+}
+
+/// The catalog of a dry run: reads go to the real one; a commit is applied to the table as
+/// loaded and handed back, and the catalog never sees it. Nothing else may change.
+#[derive(Debug)]
+struct Dry<'a>(&'a OneAttempt);
+
+fn dry(what: &str) -> iceberg::Error {
+    iceberg::Error::new(
+        iceberg::ErrorKind::FeatureUnsupported,
+        format!("a dry run does not {what}"),
+    )
+}
+
+#[async_trait::async_trait]
+impl Catalog for Dry<'_> {
+    async fn list_namespaces(
+        &self,
+        parent: Option<&NamespaceIdent>,
+    ) -> iceberg::Result<Vec<NamespaceIdent>> {
+        self.0.list_namespaces(parent).await
+    }
+    async fn create_namespace(
+        &self,
+        _: &NamespaceIdent,
+        _: std::collections::HashMap<String, String>,
+    ) -> iceberg::Result<iceberg::Namespace> {
+        Err(dry("create namespaces"))
+    }
+    async fn get_namespace(
+        &self,
+        namespace: &NamespaceIdent,
+    ) -> iceberg::Result<iceberg::Namespace> {
+        self.0.get_namespace(namespace).await
+    }
+    async fn namespace_exists(&self, namespace: &NamespaceIdent) -> iceberg::Result<bool> {
+        self.0.namespace_exists(namespace).await
+    }
+    async fn update_namespace(
+        &self,
+        _: &NamespaceIdent,
+        _: std::collections::HashMap<String, String>,
+    ) -> iceberg::Result<()> {
+        Err(dry("change namespaces"))
+    }
+    async fn drop_namespace(&self, _: &NamespaceIdent) -> iceberg::Result<()> {
+        Err(dry("drop namespaces"))
+    }
+    async fn list_tables(&self, namespace: &NamespaceIdent) -> iceberg::Result<Vec<TableIdent>> {
+        self.0.list_tables(namespace).await
+    }
+    async fn create_table(
+        &self,
+        _: &NamespaceIdent,
+        _: iceberg::TableCreation,
+    ) -> iceberg::Result<Table> {
+        Err(dry("create tables"))
+    }
+    async fn load_table(&self, table: &TableIdent) -> iceberg::Result<Table> {
+        self.0.load_table(table).await
+    }
+    async fn drop_table(&self, _: &TableIdent) -> iceberg::Result<()> {
+        Err(dry("drop tables"))
+    }
+    async fn purge_table(&self, _: &TableIdent) -> iceberg::Result<()> {
+        Err(dry("purge tables"))
+    }
+    async fn table_exists(&self, table: &TableIdent) -> iceberg::Result<bool> {
+        self.0.table_exists(table).await
+    }
+    async fn rename_table(&self, _: &TableIdent, _: &TableIdent) -> iceberg::Result<()> {
+        Err(dry("rename tables"))
+    }
+    async fn register_table(&self, _: &TableIdent, _: String) -> iceberg::Result<Table> {
+        Err(dry("register tables"))
+    }
+    async fn update_table(&self, commit: iceberg::TableCommit) -> iceberg::Result<Table> {
+        let now = self.0.load_table(commit.identifier()).await?;
+        commit.apply(now)
+    }
 }
 
 /// Every object key the table's metadata refers to: metadata files (current and logged),
