@@ -14,7 +14,7 @@
 //! - The Kafka offsets live in each snapshot's summary and in a table property, so expiry
 //!   never loses them.
 //! - A **dry run** makes the same selection on the table as it is, through a catalog that
-//!   applies the expiry to a copy of the metadata and keeps it ([`Dry`]), and deletes nothing.
+//!   applies the expiry to a copy of the metadata and hands it back ([`Dry`]), and deletes nothing.
 
 use std::collections::HashSet;
 
