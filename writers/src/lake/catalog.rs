@@ -5,12 +5,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use iceberg::table::Table;
-use iceberg::{
-    Catalog, CatalogBuilder, Error, ErrorKind, Namespace, NamespaceIdent, Result, TableCommit,
-    TableCreation, TableIdent,
-};
+use iceberg::{Catalog, CatalogBuilder, Error, ErrorKind, Result, TableCommit, TableIdent};
 use iceberg_catalog_rest::{
     REST_CATALOG_PROP_URI, REST_CATALOG_PROP_WAREHOUSE, RestCatalogBuilder,
 };
@@ -63,6 +59,89 @@ pub async fn open(config: &LakeConfig, storage: &LakeStorage) -> Result<OneAttem
     Ok(OneAttempt(catalog))
 }
 
+/// The `Catalog` impl of a wrapper around another catalog (`self.$inner`): every method is
+/// passed on to it, but `load_table` and `update_table`, which the wrapper gives (`$own`).
+macro_rules! wrapper_catalog {
+    ($ty:ty, $inner:tt, $($own:tt)*) => {
+        #[async_trait::async_trait]
+        impl iceberg::Catalog for $ty {
+            async fn list_namespaces(
+                &self,
+                parent: Option<&iceberg::NamespaceIdent>,
+            ) -> iceberg::Result<Vec<iceberg::NamespaceIdent>> {
+                self.$inner.list_namespaces(parent).await
+            }
+            async fn create_namespace(
+                &self,
+                namespace: &iceberg::NamespaceIdent,
+                properties: std::collections::HashMap<String, String>,
+            ) -> iceberg::Result<iceberg::Namespace> {
+                self.$inner.create_namespace(namespace, properties).await
+            }
+            async fn get_namespace(
+                &self,
+                namespace: &iceberg::NamespaceIdent,
+            ) -> iceberg::Result<iceberg::Namespace> {
+                self.$inner.get_namespace(namespace).await
+            }
+            async fn namespace_exists(
+                &self,
+                namespace: &iceberg::NamespaceIdent,
+            ) -> iceberg::Result<bool> {
+                self.$inner.namespace_exists(namespace).await
+            }
+            async fn update_namespace(
+                &self,
+                namespace: &iceberg::NamespaceIdent,
+                properties: std::collections::HashMap<String, String>,
+            ) -> iceberg::Result<()> {
+                self.$inner.update_namespace(namespace, properties).await
+            }
+            async fn drop_namespace(&self, namespace: &iceberg::NamespaceIdent) -> iceberg::Result<()> {
+                self.$inner.drop_namespace(namespace).await
+            }
+            async fn list_tables(
+                &self,
+                namespace: &iceberg::NamespaceIdent,
+            ) -> iceberg::Result<Vec<iceberg::TableIdent>> {
+                self.$inner.list_tables(namespace).await
+            }
+            async fn create_table(
+                &self,
+                namespace: &iceberg::NamespaceIdent,
+                creation: iceberg::TableCreation,
+            ) -> iceberg::Result<iceberg::table::Table> {
+                self.$inner.create_table(namespace, creation).await
+            }
+            async fn drop_table(&self, table: &iceberg::TableIdent) -> iceberg::Result<()> {
+                self.$inner.drop_table(table).await
+            }
+            async fn purge_table(&self, table: &iceberg::TableIdent) -> iceberg::Result<()> {
+                self.$inner.purge_table(table).await
+            }
+            async fn table_exists(&self, table: &iceberg::TableIdent) -> iceberg::Result<bool> {
+                self.$inner.table_exists(table).await
+            }
+            async fn rename_table(
+                &self,
+                src: &iceberg::TableIdent,
+                dest: &iceberg::TableIdent,
+            ) -> iceberg::Result<()> {
+                self.$inner.rename_table(src, dest).await
+            }
+            async fn register_table(
+                &self,
+                table: &iceberg::TableIdent,
+                metadata_location: String,
+            ) -> iceberg::Result<iceberg::table::Table> {
+                self.$inner.register_table(table, metadata_location).await
+            }
+            $($own)*
+        }
+    };
+}
+pub(crate) use wrapper_catalog;
+
 /// The catalog, with a commit conflict returned to lakesink instead of retried inside the
 /// `iceberg` crate: its retry re-applies the same snapshot properties on the newer table,
 /// which would write back the Kafka offsets another instance has moved since. lakesink
@@ -70,64 +149,11 @@ pub async fn open(config: &LakeConfig, storage: &LakeStorage) -> Result<OneAttem
 #[derive(Debug, Clone)]
 pub struct OneAttempt(pub Arc<dyn Catalog>);
 
-#[async_trait]
-impl Catalog for OneAttempt {
-    async fn list_namespaces(
-        &self,
-        parent: Option<&NamespaceIdent>,
-    ) -> Result<Vec<NamespaceIdent>> {
-        self.0.list_namespaces(parent).await
-    }
-    async fn create_namespace(
-        &self,
-        namespace: &NamespaceIdent,
-        properties: HashMap<String, String>,
-    ) -> Result<Namespace> {
-        self.0.create_namespace(namespace, properties).await
-    }
-    async fn get_namespace(&self, namespace: &NamespaceIdent) -> Result<Namespace> {
-        self.0.get_namespace(namespace).await
-    }
-    async fn namespace_exists(&self, namespace: &NamespaceIdent) -> Result<bool> {
-        self.0.namespace_exists(namespace).await
-    }
-    async fn update_namespace(
-        &self,
-        namespace: &NamespaceIdent,
-        properties: HashMap<String, String>,
-    ) -> Result<()> {
-        self.0.update_namespace(namespace, properties).await
-    }
-    async fn drop_namespace(&self, namespace: &NamespaceIdent) -> Result<()> {
-        self.0.drop_namespace(namespace).await
-    }
-    async fn list_tables(&self, namespace: &NamespaceIdent) -> Result<Vec<TableIdent>> {
-        self.0.list_tables(namespace).await
-    }
-    async fn create_table(
-        &self,
-        namespace: &NamespaceIdent,
-        creation: TableCreation,
-    ) -> Result<Table> {
-        self.0.create_table(namespace, creation).await
-    }
+wrapper_catalog! {
+    OneAttempt,
+    0,
     async fn load_table(&self, table: &TableIdent) -> Result<Table> {
         self.0.load_table(table).await
-    }
-    async fn drop_table(&self, table: &TableIdent) -> Result<()> {
-        self.0.drop_table(table).await
-    }
-    async fn purge_table(&self, table: &TableIdent) -> Result<()> {
-        self.0.purge_table(table).await
-    }
-    async fn table_exists(&self, table: &TableIdent) -> Result<bool> {
-        self.0.table_exists(table).await
-    }
-    async fn rename_table(&self, src: &TableIdent, dest: &TableIdent) -> Result<()> {
-        self.0.rename_table(src, dest).await
-    }
-    async fn register_table(&self, table: &TableIdent, metadata_location: String) -> Result<Table> {
-        self.0.register_table(table, metadata_location).await
     }
     async fn update_table(&self, commit: TableCommit) -> Result<Table> {
         self.0.update_table(commit).await.map_err(|e| {

@@ -273,7 +273,8 @@ impl RestCommitter {
     }
 
     /// A token from the OAuth2 client-credentials grant, when `credential` is set.
-    async fn fetch_token(&self, props: &HashMap<String, String>) -> Result<Option<String>> {
+    async fn fetch_token(&self) -> Result<Option<String>> {
+        let props = &self.props;
         let Some(credential) = props.get("credential") else {
             return Ok(props.get("token").cloned());
         };
@@ -321,7 +322,7 @@ impl RestCommitter {
         if let Some(s) = guard.as_ref().filter(|_| !fresh) {
             return Ok(s.clone());
         }
-        let token = self.fetch_token(&self.props).await?;
+        let token = self.fetch_token().await?;
         let url = format!("{}/v1/config", self.uri);
         let answer = self
             .request(reqwest::Method::GET, &url, token.as_deref())

@@ -5,15 +5,15 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use async_trait::async_trait;
 use futures::future::BoxFuture;
 use iceberg::memory::{MEMORY_CATALOG_WAREHOUSE, MemoryCatalog, MemoryCatalogBuilder};
 use iceberg::table::Table;
 use iceberg::{
-    Catalog, CatalogBuilder, Error, ErrorKind, Namespace, NamespaceIdent, Result, TableCommit,
-    TableCreation, TableIdent, TableRequirement, TableUpdate,
+    Catalog, CatalogBuilder, Error, ErrorKind, NamespaceIdent, Result, TableCommit, TableIdent,
+    TableRequirement, TableUpdate,
 };
 
+use super::catalog::wrapper_catalog;
 use super::storage::{LakeStorage, LakeStorageFactory};
 
 /// Iceberg's in-memory catalog over lakesink's storage on an in-memory object store
@@ -105,67 +105,14 @@ impl Fake {
     }
 }
 
-#[async_trait]
-impl Catalog for Fake {
-    async fn list_namespaces(
-        &self,
-        parent: Option<&NamespaceIdent>,
-    ) -> Result<Vec<NamespaceIdent>> {
-        self.inner.list_namespaces(parent).await
-    }
-    async fn create_namespace(
-        &self,
-        namespace: &NamespaceIdent,
-        properties: HashMap<String, String>,
-    ) -> Result<Namespace> {
-        self.inner.create_namespace(namespace, properties).await
-    }
-    async fn get_namespace(&self, namespace: &NamespaceIdent) -> Result<Namespace> {
-        self.inner.get_namespace(namespace).await
-    }
-    async fn namespace_exists(&self, namespace: &NamespaceIdent) -> Result<bool> {
-        self.inner.namespace_exists(namespace).await
-    }
-    async fn update_namespace(
-        &self,
-        namespace: &NamespaceIdent,
-        properties: HashMap<String, String>,
-    ) -> Result<()> {
-        self.inner.update_namespace(namespace, properties).await
-    }
-    async fn drop_namespace(&self, namespace: &NamespaceIdent) -> Result<()> {
-        self.inner.drop_namespace(namespace).await
-    }
-    async fn list_tables(&self, namespace: &NamespaceIdent) -> Result<Vec<TableIdent>> {
-        self.inner.list_tables(namespace).await
-    }
-    async fn create_table(
-        &self,
-        namespace: &NamespaceIdent,
-        creation: TableCreation,
-    ) -> Result<Table> {
-        self.inner.create_table(namespace, creation).await
-    }
+wrapper_catalog! {
+    Fake,
+    inner,
     async fn load_table(&self, table: &TableIdent) -> Result<Table> {
         match self.held(table) {
             Some(t) => Ok(t),
             None => self.inner.load_table(table).await,
         }
-    }
-    async fn drop_table(&self, table: &TableIdent) -> Result<()> {
-        self.inner.drop_table(table).await
-    }
-    async fn purge_table(&self, table: &TableIdent) -> Result<()> {
-        self.inner.purge_table(table).await
-    }
-    async fn table_exists(&self, table: &TableIdent) -> Result<bool> {
-        self.inner.table_exists(table).await
-    }
-    async fn rename_table(&self, src: &TableIdent, dest: &TableIdent) -> Result<()> {
-        self.inner.rename_table(src, dest).await
-    }
-    async fn register_table(&self, table: &TableIdent, metadata_location: String) -> Result<Table> {
-        self.inner.register_table(table, metadata_location).await
     }
     /// The crate's own transactions (a foreign writer in the tests).
     async fn update_table(&self, commit: TableCommit) -> Result<Table> {

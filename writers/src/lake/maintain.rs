@@ -27,7 +27,7 @@ use object_store::ObjectStoreExt;
 use object_store::path::Path;
 use tracing::info;
 
-use super::catalog::{OneAttempt, is_conflict, open};
+use super::catalog::{OneAttempt, is_conflict, open, wrapper_catalog};
 use super::storage::LakeStorage;
 
 /// What to do.
@@ -170,79 +170,16 @@ async fn table(
     Ok(report)
 }
 
-/// The catalog of a dry run: reads go to the real one; a commit is applied to the table as
-/// loaded and handed back, and the catalog never sees it. Nothing else may change.
+/// The catalog of a dry run: a commit is applied to the table as loaded and handed back, and
+/// the catalog never sees it (the expiry only loads and commits).
 #[derive(Debug)]
 struct Dry<'a>(&'a OneAttempt);
 
-fn dry(what: &str) -> iceberg::Error {
-    iceberg::Error::new(
-        iceberg::ErrorKind::FeatureUnsupported,
-        format!("a dry run does not {what}"),
-    )
-}
-
-#[async_trait::async_trait]
-impl Catalog for Dry<'_> {
-    async fn list_namespaces(
-        &self,
-        parent: Option<&NamespaceIdent>,
-    ) -> iceberg::Result<Vec<NamespaceIdent>> {
-        self.0.list_namespaces(parent).await
-    }
-    async fn create_namespace(
-        &self,
-        _: &NamespaceIdent,
-        _: std::collections::HashMap<String, String>,
-    ) -> iceberg::Result<iceberg::Namespace> {
-        Err(dry("create namespaces"))
-    }
-    async fn get_namespace(
-        &self,
-        namespace: &NamespaceIdent,
-    ) -> iceberg::Result<iceberg::Namespace> {
-        self.0.get_namespace(namespace).await
-    }
-    async fn namespace_exists(&self, namespace: &NamespaceIdent) -> iceberg::Result<bool> {
-        self.0.namespace_exists(namespace).await
-    }
-    async fn update_namespace(
-        &self,
-        _: &NamespaceIdent,
-        _: std::collections::HashMap<String, String>,
-    ) -> iceberg::Result<()> {
-        Err(dry("change namespaces"))
-    }
-    async fn drop_namespace(&self, _: &NamespaceIdent) -> iceberg::Result<()> {
-        Err(dry("drop namespaces"))
-    }
-    async fn list_tables(&self, namespace: &NamespaceIdent) -> iceberg::Result<Vec<TableIdent>> {
-        self.0.list_tables(namespace).await
-    }
-    async fn create_table(
-        &self,
-        _: &NamespaceIdent,
-        _: iceberg::TableCreation,
-    ) -> iceberg::Result<Table> {
-        Err(dry("create tables"))
-    }
+wrapper_catalog! {
+    Dry<'_>,
+    0,
     async fn load_table(&self, table: &TableIdent) -> iceberg::Result<Table> {
         self.0.load_table(table).await
-    }
-    async fn drop_table(&self, _: &TableIdent) -> iceberg::Result<()> {
-        Err(dry("drop tables"))
-    }
-    async fn purge_table(&self, _: &TableIdent) -> iceberg::Result<()> {
-        Err(dry("purge tables"))
-    }
-    async fn table_exists(&self, table: &TableIdent) -> iceberg::Result<bool> {
-        self.0.table_exists(table).await
-    }
-    async fn rename_table(&self, _: &TableIdent, _: &TableIdent) -> iceberg::Result<()> {
-        Err(dry("rename tables"))
-    }
-    async fn register_table(&self, _: &TableIdent, _: String) -> iceberg::Result<Table> {
-        Err(dry("register tables"))
     }
     async fn update_table(&self, commit: iceberg::TableCommit) -> iceberg::Result<Table> {
         let now = self.0.load_table(commit.identifier()).await?;

@@ -10,16 +10,13 @@
 
 use std::collections::HashMap;
 
-use async_trait::async_trait;
 use iceberg::spec::{PrimitiveType, TableMetadata};
 use iceberg::table::Table;
-use iceberg::{
-    Catalog, Namespace, NamespaceIdent, Result, Runtime, TableCommit, TableCreation, TableIdent,
-};
+use iceberg::{Result, Runtime, TableCommit, TableIdent};
 use serde_json::Value;
 
 use super::LakeError;
-use super::catalog::OneAttempt;
+use super::catalog::{OneAttempt, wrapper_catalog};
 use super::types::Promote;
 
 /// The table as it would be with the promotions made in its current schema, in place.
@@ -102,67 +99,14 @@ impl std::fmt::Debug for Promoting<'_> {
     }
 }
 
-#[async_trait]
-impl Catalog for Promoting<'_> {
-    async fn list_namespaces(
-        &self,
-        parent: Option<&NamespaceIdent>,
-    ) -> Result<Vec<NamespaceIdent>> {
-        self.inner.list_namespaces(parent).await
-    }
-    async fn create_namespace(
-        &self,
-        namespace: &NamespaceIdent,
-        properties: HashMap<String, String>,
-    ) -> Result<Namespace> {
-        self.inner.create_namespace(namespace, properties).await
-    }
-    async fn get_namespace(&self, namespace: &NamespaceIdent) -> Result<Namespace> {
-        self.inner.get_namespace(namespace).await
-    }
-    async fn namespace_exists(&self, namespace: &NamespaceIdent) -> Result<bool> {
-        self.inner.namespace_exists(namespace).await
-    }
-    async fn update_namespace(
-        &self,
-        namespace: &NamespaceIdent,
-        properties: HashMap<String, String>,
-    ) -> Result<()> {
-        self.inner.update_namespace(namespace, properties).await
-    }
-    async fn drop_namespace(&self, namespace: &NamespaceIdent) -> Result<()> {
-        self.inner.drop_namespace(namespace).await
-    }
-    async fn list_tables(&self, namespace: &NamespaceIdent) -> Result<Vec<TableIdent>> {
-        self.inner.list_tables(namespace).await
-    }
-    async fn create_table(
-        &self,
-        namespace: &NamespaceIdent,
-        creation: TableCreation,
-    ) -> Result<Table> {
-        self.inner.create_table(namespace, creation).await
-    }
+wrapper_catalog! {
+    Promoting<'_>,
+    inner,
     async fn load_table(&self, table: &TableIdent) -> Result<Table> {
         if table == self.base.identifier() {
             return Ok(self.base.clone());
         }
         self.inner.load_table(table).await
-    }
-    async fn drop_table(&self, table: &TableIdent) -> Result<()> {
-        self.inner.drop_table(table).await
-    }
-    async fn purge_table(&self, table: &TableIdent) -> Result<()> {
-        self.inner.purge_table(table).await
-    }
-    async fn table_exists(&self, table: &TableIdent) -> Result<bool> {
-        self.inner.table_exists(table).await
-    }
-    async fn rename_table(&self, src: &TableIdent, dest: &TableIdent) -> Result<()> {
-        self.inner.rename_table(src, dest).await
-    }
-    async fn register_table(&self, table: &TableIdent, metadata_location: String) -> Result<Table> {
-        self.inner.register_table(table, metadata_location).await
     }
     async fn update_table(&self, commit: TableCommit) -> Result<Table> {
         self.inner.update_table(commit).await
