@@ -9,7 +9,9 @@
 //!   orders after the snapshot's reads.
 //! - MySQL and MariaDB: `<binlog file>:<pos>:<row>`, the file's numeric suffix and the numbers
 //!   zero-padded (`mysql-bin.0000000003:00000000000000000154:0000000000`): the binlog is
-//!   written in commit order.
+//!   written in commit order. A snapshot read has no row (`…:00000000000000000154`): it was
+//!   read at the binlog's end, so a stream event at that very position (the next
+//!   transaction's) came after it, and the shorter text sorts first.
 //! - SQL Server and Db2: `<commit_lsn>:<change_lsn>:<event_serial_no>`; a snapshot read has
 //!   no change LSN and orders first within its commit LSN.
 
@@ -28,8 +30,12 @@ pub(crate) fn position(s: &impl Source) -> Option<String> {
     }
     if let (Some(file), Some(pos)) = (s.text("file"), s.int("pos")) {
         let pos = u64::try_from(pos).ok()?;
+        let file = binlog_file(file)?;
+        if blocking_snapshot(s.text("snapshot")) {
+            return Some(format!("{file}:{pos:020}"));
+        }
         let row = u64::try_from(s.int("row").unwrap_or(0)).ok()?;
-        return Some(format!("{}:{pos:020}:{row:010}", binlog_file(file)?));
+        return Some(format!("{file}:{pos:020}:{row:010}"));
     }
     let commit = s.text("commit_lsn")?;
     if !is_lsn(commit) {
@@ -42,6 +48,12 @@ pub(crate) fn position(s: &impl Source) -> Option<String> {
     };
     let serial = u64::try_from(s.int("event_serial_no").unwrap_or(0)).ok()?;
     Some(format!("{commit}:{change}:{serial:020}"))
+}
+
+/// Whether Debezium's `source.snapshot` marks a read of an initial (blocking) snapshot.
+/// Incremental snapshot reads are not: Debezium emits them where the stream stands.
+fn blocking_snapshot(snapshot: Option<&str>) -> bool {
+    snapshot.is_some_and(|s| !matches!(s, "false" | "incremental"))
 }
 
 /// An LSN as PostgreSQL prints it (`X/Y`), each half zero-padded.
@@ -139,6 +151,38 @@ mod tests {
         assert!(at("mysql-bin.000003", 154, 9) < at("mysql-bin.000003", 1000, 0));
         assert!(at("mysql-bin.999999", 99_999, 0) < at("mysql-bin.1000000", 4, 0));
         assert_eq!(at("mysql-bin.000001", -4, 0), None);
+    }
+
+    #[test]
+    fn a_mysql_snapshot_read_orders_before_the_stream_at_its_position() {
+        let read = |snapshot| {
+            of(
+                &[("file", "binlog.000001"), ("snapshot", snapshot)],
+                &[("pos", 54_273), ("row", 0)],
+            )
+        };
+        let stream = read("false");
+        assert_eq!(
+            read("last").as_deref(),
+            Some("binlog.0000000001:00000000000000054273")
+        );
+        for snapshot in [
+            "true",
+            "first",
+            "first_in_data_collection",
+            "last_in_data_collection",
+            "last",
+        ] {
+            assert!(read(snapshot) < stream, "{snapshot}");
+            // Still after everything earlier in the log.
+            let earlier = of(&[("file", "binlog.000001")], &[("pos", 54_272), ("row", 9)]);
+            assert!(earlier < read(snapshot), "{snapshot}");
+        }
+        assert_eq!(read("incremental"), stream);
+        assert_eq!(
+            stream.as_deref(),
+            Some("binlog.0000000001:00000000000000054273:0000000000")
+        );
     }
 
     #[test]
