@@ -65,6 +65,41 @@ pub struct LakeConfig {
     /// (`iceberg.tables.default-partition-by`). Empty: unpartitioned.
     #[serde(default)]
     pub partition_by: Vec<String>,
+    /// What a table holds: `append`, every change event as a row; `upsert`, the source
+    /// table's rows as they are now (deletes and key changes applied by equality deletes).
+    #[serde(default)]
+    pub mode: LakeMode,
+    /// Per table (the name `table-name-format` makes): settings overriding the ones above.
+    #[serde(default)]
+    pub tables: BTreeMap<String, LakeTableConfig>,
+}
+
+/// What a lake table holds ([`LakeConfig::mode`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LakeMode {
+    /// Every change event, as a row (the raw layer's content).
+    #[default]
+    Append,
+    /// The source table's current rows, keyed by the record key: an update deletes the key's
+    /// older row and adds the new one in the same snapshot.
+    Upsert,
+}
+
+impl LakeMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Append => "append",
+            Self::Upsert => "upsert",
+        }
+    }
+}
+
+/// `[lake.tables."name"]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct LakeTableConfig {
+    pub mode: Option<LakeMode>,
 }
 
 /// A partition transform ([`LakeConfig::partition_by`]).
@@ -199,6 +234,14 @@ impl LakeConfig {
             .collect()
     }
 
+    /// The mode of the table named `table` (as [`Self::table_name`] makes it).
+    pub fn mode_of(&self, table: &str) -> LakeMode {
+        self.tables
+            .get(table)
+            .and_then(|t| t.mode)
+            .unwrap_or(self.mode)
+    }
+
     /// The namespace's levels.
     pub fn namespace_levels(&self) -> Vec<String> {
         self.namespace.split('.').map(str::to_owned).collect()
@@ -321,6 +364,19 @@ mod tests {
         let c =
             lake("partition-by = [\"days(__timestamp)\", \"bucket(8, key.id)\"]").expect("valid");
         assert_eq!(c.partition_fields().len(), 2);
+    }
+
+    #[test]
+    fn a_table_may_take_another_mode_than_the_rest() {
+        let c = lake("").expect("valid");
+        assert_eq!(c.mode_of("t"), LakeMode::Append);
+        let c = lake("mode = \"upsert\"\n[tables.events]\nmode = \"append\"").expect("valid");
+        assert_eq!(c.mode_of("orders"), LakeMode::Upsert);
+        assert_eq!(c.mode_of("events"), LakeMode::Append);
+        let e = lake("mode = \"merge\"").expect_err("no such mode");
+        assert!(e.contains("merge"), "{e}");
+        let e = lake("[tables.t]\nmod = \"upsert\"").expect_err("a misspelt key");
+        assert!(e.contains("mod"), "{e}");
     }
 
     #[test]

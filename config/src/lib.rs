@@ -28,7 +28,9 @@ pub use errors::{ErrorsConfig, Tolerance};
 pub use kafka_security::{
     KafkaOAuth, KafkaSecurity, MskIam, SaslMechanism, SecurityProtocol, msk_region_of,
 };
-pub use lake::{CatalogKind, LakeConfig, PartitionField, PartitionTransform};
+pub use lake::{
+    CatalogKind, LakeConfig, LakeMode, LakeTableConfig, PartitionField, PartitionTransform,
+};
 pub use non_data::{NonDataAction, NonDataConfig};
 pub use overrides::ENV_PREFIX;
 pub use raw::{

@@ -44,8 +44,9 @@ const REST_PLAIN: [&str; 5] = [
 
 const BY_TOPIC: &str = "lakesink routes by topic: each topic's rows go to a table of its own, named by lake.table-name-format over ${topic} in lake.namespace";
 const NO_COORDINATOR: &str = "lakesink has no coordinator or control topic: each instance commits its partitions' files to the tables itself, with their Kafka offsets in the snapshot";
-const APPEND_ONLY: &str = "lakesink's lake tables are append-only, one row per change event; upsert mode is planned (issue #22)";
+const APPEND_ONLY: &str = "the sink's upsert mode is off, so lakesink's lake tables are append tables, one row per change event (lake.mode = \"upsert\" holds the source table's current rows)";
 const ID_COLUMNS: &str = "id columns key the rows of upsert and CDC mode";
+const BY_RECORD_KEY: &str = "lakesink keys an upsert table by the record key (the source table's primary key, as Debezium sends it), not by named columns: check they are the same";
 const BRANCH: &str = "lakesink commits to each table's main branch";
 const NO_HADOOP: &str =
     "Hadoop configuration: lakesink reads none; it reaches the warehouse through lake.store";
@@ -73,7 +74,7 @@ pub(super) fn iceberg(
     commits(cfg, part)?;
     writing(cfg, part);
     partition_by(cfg, part, &tables);
-    table_settings(cfg)?;
+    table_settings(cfg, part)?;
     not_carried(cfg, part);
     Ok(())
 }
@@ -758,29 +759,35 @@ fn split_outside_parens(text: &str) -> Vec<String> {
 
 /// How tables are made and changed: upsert and CDC mode, id columns, branches, creation and
 /// schema evolution.
-fn table_settings(cfg: &mut Cfg<'_>) -> Result<(), ImportError> {
-    if cfg.bool("iceberg.tables.upsert-mode-enabled")? == Some(true) {
-        cfg.list_dropped(
-            "iceberg.tables.upsert-mode-enabled",
-            format!("the sink replaced rows by their id columns; {APPEND_ONLY}"),
-        );
-    }
-    if let Some(f) = cfg.plain("iceberg.tables.cdc-field") {
-        cfg.list_dropped(
-            "iceberg.tables.cdc-field",
+fn table_settings(cfg: &mut Cfg<'_>, part: &mut Connector) -> Result<(), ImportError> {
+    let upsert = cfg.bool("iceberg.tables.upsert-mode-enabled")? == Some(true);
+    let (id_reason, cdc_reason) = if upsert {
+        part.lake.set("mode", "upsert");
+        cfg.note(format!(
+            "{}: iceberg.tables.upsert-mode-enabled = true → lake.mode = \"upsert\": each table holds the source table's current rows, updated and deleted by equality deletes on the record key",
+            cfg.file
+        ));
+        (
+            BY_RECORD_KEY.to_owned(),
+            "lakesink reads each record's Debezium operation itself (inserts, updates, deletes, truncates)"
+                .to_owned(),
+        )
+    } else {
+        (
+            format!("{ID_COLUMNS}; {APPEND_ONLY}"),
             format!(
-                "`{f}`: the sink applied each record's operation (I, U, D) as an insert, update or delete; {APPEND_ONLY}, whose op (or __op) column says which"
+                "the sink applied each record's operation (I, U, D) as an insert, update or delete; {APPEND_ONLY}, whose op (or __op) column says which"
             ),
-        );
+        )
+    };
+    if let Some(f) = cfg.plain("iceberg.tables.cdc-field") {
+        cfg.list_dropped("iceberg.tables.cdc-field", format!("`{f}`: {cdc_reason}"));
     }
-    cfg.drop_set(
-        &["iceberg.tables.default-id-columns"],
-        &format!("{ID_COLUMNS}; {APPEND_ONLY}"),
-    );
+    cfg.drop_set(&["iceberg.tables.default-id-columns"], &id_reason);
     cfg.drop_set(&["iceberg.tables.default-commit-branch"], BRANCH);
     for k in cfg.keys_with_prefix(TABLE) {
         if k.ends_with(".id-columns") {
-            cfg.drop(&k, format!("{ID_COLUMNS}; {APPEND_ONLY}"));
+            cfg.drop(&k, id_reason.clone());
         } else if k.ends_with(".commit-branch") {
             cfg.drop(&k, BRANCH);
         }

@@ -24,7 +24,7 @@ use crate::common::{
 
 /// The catalog a test's tables live in.
 #[derive(Clone, Copy, PartialEq)]
-enum Kind {
+pub(crate) enum Kind {
     /// The SQL catalog in the replica's PostgreSQL.
     Sql,
     /// `dev/stack`'s Apache Iceberg REST catalog server (its own warehouse on the same bucket).
@@ -32,7 +32,13 @@ enum Kind {
 }
 
 /// The `[lake]` section of a run: a catalog name (for SQL) and namespace of the test's own.
-fn section(stack: &Stack, kind: Kind, catalog: &str, namespace: &str, extra: &str) -> String {
+pub(crate) fn section(
+    stack: &Stack,
+    kind: Kind,
+    catalog: &str,
+    namespace: &str,
+    extra: &str,
+) -> String {
     let (kind, uri) = match kind {
         Kind::Sql => ("sql", &stack.replica_pg_url),
         Kind::Rest => ("rest", &stack.iceberg_rest_url),
@@ -57,7 +63,7 @@ commit-interval-ms = 1000
 
 /// The request `tests/python/read_iceberg.py` and `read_iceberg_spark.py` take: the catalog, the
 /// table, the S3 server and the raw layer's files.
-async fn read_request(run: &Run, kind: Kind, catalog: &str, table: &str) -> Value {
+pub(crate) async fn read_request(run: &Run, kind: Kind, catalog: &str, table: &str) -> Value {
     let store = run.store();
     let prefix = Path::from(format!("{}/topics", run.prefix));
     let keys: Vec<String> = store
@@ -102,7 +108,11 @@ async fn read_back(run: &Run, kind: Kind, catalog: &str, table: &str) -> Value {
 /// `tests/python/read_iceberg_spark.py`: the table through Apache Spark and Apache Iceberg's
 /// Spark runtime (the JDBC catalog over the same database for SQL), beside the raw layer's files.
 async fn read_back_spark(run: &Run, kind: Kind, catalog: &str, table: &str) -> Value {
-    let request = read_request(run, kind, catalog, table).await;
+    spark(run, &read_request(run, kind, catalog, table).await, table)
+}
+
+/// Runs `tests/python/read_iceberg_spark.py` on `request`; its answer.
+pub(crate) fn spark(run: &Run, request: &Value, table: &str) -> Value {
     let s = &run.stack;
     let script =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/python/read_iceberg_spark.py");

@@ -12,6 +12,7 @@ mod check;
 mod columns;
 mod dead_letter;
 mod lake;
+mod lake_upsert;
 mod non_data;
 mod raw;
 mod raw_headers;

@@ -7,6 +7,7 @@
 //! - [`commit`]: commits of updates built by lakesink (a row delta), to either catalog.
 //! - [`types`]: Debezium's types as Iceberg types, and rows as Arrow arrays with field ids.
 //! - [`files`]: data files encoded with lakesink's Parquet writer, and their manifest entries.
+//! - [`keyed`]: upsert mode's changes of a partition, until its commit collapses them into files.
 //! - [`offsets`]: the offsets in the snapshot summary, and the commit that checks them.
 //! - [`partition`]: partition specs from `partition-by`, and rows split by them.
 //! - [`row_delta`]: each commit's snapshot: data files, and delete files with them (upsert mode).
@@ -19,6 +20,7 @@
 pub mod catalog;
 pub mod commit;
 pub mod files;
+pub mod keyed;
 pub mod maintain;
 pub mod offsets;
 pub mod partition;

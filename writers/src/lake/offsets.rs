@@ -95,6 +95,10 @@ pub struct Covered {
     pub rows: u64,
     /// The data files holding this partition's rows.
     pub files: Vec<DataFile>,
+    /// Upsert mode: the equality-delete files of the keys its rows changed.
+    pub deletes: Vec<DataFile>,
+    /// Upsert mode: the partition's changes began with a truncate (or held one).
+    pub truncate: bool,
 }
 
 /// What became of a commit.
@@ -157,8 +161,12 @@ pub async fn commit(
             .collect();
         let delta = RowDelta {
             data: files,
+            deletes: covered
+                .iter()
+                .flat_map(|c| c.deletes.iter().cloned())
+                .collect(),
+            remove_all: covered.iter().any(|c| c.truncate),
             properties: HashMap::from([(key(group), text.clone())]),
-            ..RowDelta::default()
         };
         let mut prepared = delta.prepare(&table).await?;
         prepared.updates.push(TableUpdate::SetProperties {

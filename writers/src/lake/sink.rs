@@ -11,14 +11,16 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use arrow_array::Array;
+use arrow_array::cast::AsArray;
 use futures::future::BoxFuture;
-use iceberg::spec::{Schema, Struct};
+use iceberg::spec::{Schema, Struct, StructType};
 use iceberg::table::Table;
 use iceberg::transaction::{AddColumn, ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation, TableIdent};
-use lakesink_config::LakeConfig;
+use lakesink_config::{LakeConfig, LakeMode};
 use lakesink_model::{Backoff, Fault, retrying};
-use lakesink_schema_registry::ChangeBatch;
+use lakesink_schema_registry::{ChangeBatch, ValueShape};
 use object_store::ObjectStoreExt;
 use parquet::file::properties::WriterProperties;
 use tokio::task::JoinSet;
@@ -26,7 +28,10 @@ use tracing::{debug, info, warn};
 
 use super::catalog::{OneAttempt, is_conflict};
 use super::commit::Committer;
-use super::files::{OpenFile, Sealed, data_file, file_name, properties};
+use super::files::{
+    OpenFile, Sealed, data_file, encode, equality_delete_file, file_name, properties,
+};
+use super::keyed::{self, Incoming, KeyedRows};
 use super::offsets::{self, Covered, Outcome};
 use super::partition::{Partitioner, unbound_spec};
 use super::promote::{Promoting, widened};
@@ -81,6 +86,8 @@ fn fail(e: LakeError) -> SinkError {
 struct PartRows {
     sealed: Vec<(Struct, Sealed)>,
     open: HashMap<Struct, OpenFile>,
+    /// Upsert mode: the changes, collapsed and written into files when the commit runs.
+    keyed: Option<KeyedRows>,
     first: i64,
     last: i64,
     rows: u64,
@@ -93,6 +100,18 @@ impl PartRows {
             .map(|(_, s)| s.bytes.len())
             .sum::<usize>()
             + self.open.values().map(OpenFile::bytes).sum::<usize>()
+            + self.keyed.as_ref().map_or(0, KeyedRows::bytes)
+    }
+
+    fn new(batch: &ChangeBatch) -> Self {
+        Self {
+            sealed: Vec::new(),
+            open: HashMap::new(),
+            keyed: None,
+            first: batch.first_offset,
+            last: batch.last_offset,
+            rows: 0,
+        }
     }
 
     /// Seals the open files (all of them, or those whose schema is not `schema`).
@@ -214,6 +233,7 @@ impl LakeSink {
         let name = self.s.config.table_name(topic);
         if !self.tables.contains_key(&name) {
             let ident = self.s.ident(topic);
+            let mode = self.s.config.mode_of(&name);
             let schema = iceberg_schema(&first.schema()).map_err(|e| {
                 fail(LakeError::Data(format!(
                     "topic {topic}: lake table {ident}: {e}"
@@ -225,7 +245,7 @@ impl LakeSink {
                 &*s.meter,
                 Some(LAKE),
                 "loading a lake table",
-                || load_or_create(&s, &ident, &schema),
+                || load_or_create(&s, &ident, &schema, mode),
             )
             .await
             .map_err(fail)?;
@@ -260,10 +280,17 @@ impl LakeSink {
                 batch.topic, batch.partition, batch.first_offset, batch.last_offset
             )
         };
-        let apart = shape_apart(batch, self.s.config.content)
-            .map_err(|e| fail(LakeError::Data(format!("{}: {e}", where_()))))?;
-        for shaped in &apart {
-            self.take_rows(batch, &part, shaped, &where_).await?;
+        let name = self.s.config.table_name(&batch.topic);
+        if self.s.config.mode_of(&name) == LakeMode::Upsert {
+            if !self.take_upsert(batch, &part, &where_).await? {
+                return Ok(());
+            }
+        } else {
+            let apart = shape_apart(batch, self.s.config.content)
+                .map_err(|e| fail(LakeError::Data(format!("{}: {e}", where_()))))?;
+            for shaped in &apart {
+                self.take_rows(batch, &part, shaped, &where_).await?;
+            }
         }
         let lost = || {
             fail(LakeError::Data(format!(
@@ -271,7 +298,6 @@ impl LakeSink {
                 where_()
             )))
         };
-        let name = self.s.config.table_name(&batch.topic);
         let state = self.tables.get_mut(&name).ok_or_else(lost)?;
         let entry = state.parts.get_mut(&part).ok_or_else(lost)?;
         entry.last = batch.last_offset;
@@ -290,6 +316,50 @@ impl LakeSink {
         shaped: &arrow_array::RecordBatch,
         where_: &(dyn Fn() -> String + Sync),
     ) -> Result<(), SinkError> {
+        let s = self.s.clone();
+        let state = self.evolved(batch, shaped, where_).await?;
+        let rows =
+            conform(shaped, state.table.metadata().current_schema().as_struct()).map_err(|e| {
+                fail(LakeError::Data(format!(
+                    "{}: lake table {}: {e}",
+                    where_(),
+                    state.ident
+                )))
+            })?;
+        let entry = state
+            .parts
+            .entry(part.clone())
+            .or_insert_with(|| PartRows::new(batch));
+        entry.seal(Some(&rows.schema()))?;
+        let split = state.partitioner.split(&rows).map_err(|e| {
+            fail(LakeError::Data(format!(
+                "{}: lake table {}: partitioning: {e}",
+                where_(),
+                state.ident
+            )))
+        })?;
+        for (value, rows) in split {
+            let open = match entry.open.entry(value) {
+                std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+                std::collections::hash_map::Entry::Vacant(v) => v.insert(
+                    OpenFile::new(rows.schema(), s.props.clone())
+                        .map_err(|e| fail(LakeError::Data(format!("{}: {e}", where_()))))?,
+                ),
+            };
+            open.write(&rows)
+                .map_err(|e| fail(LakeError::Data(format!("{}: {e}", where_()))))?;
+        }
+        Ok(())
+    }
+
+    /// The table of `batch`'s topic, loaded or created, with the columns of `shaped` added
+    /// and widened where it holds them narrower.
+    async fn evolved(
+        &mut self,
+        batch: &ChangeBatch,
+        shaped: &arrow_array::RecordBatch,
+        where_: &(dyn Fn() -> String + Sync),
+    ) -> Result<&mut TableState, SinkError> {
         let s = self.s.clone();
         let state = self.table(&batch.topic, shaped).await?;
         let ev = evolution(
@@ -317,41 +387,117 @@ impl LakeSink {
             .map_err(fail)?;
             state.partitioner = partitioner(&state.table)?;
         }
-        let rows =
-            conform(shaped, state.table.metadata().current_schema().as_struct()).map_err(|e| {
-                fail(LakeError::Data(format!(
-                    "{}: lake table {}: {e}",
-                    where_(),
-                    state.ident
-                )))
-            })?;
-        let entry = state.parts.entry(part.clone()).or_insert_with(|| PartRows {
-            sealed: Vec::new(),
-            open: HashMap::new(),
-            first: batch.first_offset,
-            last: batch.last_offset,
-            rows: 0,
-        });
-        entry.seal(Some(&rows.schema()))?;
-        let split = state.partitioner.split(&rows).map_err(|e| {
-            fail(LakeError::Data(format!(
-                "{}: lake table {}: partitioning: {e}",
-                where_(),
-                state.ident
-            )))
-        })?;
-        for (value, rows) in split {
-            let open = match entry.open.entry(value) {
-                std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
-                std::collections::hash_map::Entry::Vacant(v) => v.insert(
-                    OpenFile::new(rows.schema(), s.props.clone())
-                        .map_err(|e| fail(LakeError::Data(format!("{}: {e}", where_()))))?,
-                ),
-            };
-            open.write(&rows)
-                .map_err(|e| fail(LakeError::Data(format!("{}: {e}", where_()))))?;
-        }
-        Ok(())
+        Ok(state)
+    }
+
+    /// Upsert mode: takes the batch's changes into its partition's [`KeyedRows`]. False when
+    /// the batch holds nothing for the table (tombstones alone).
+    async fn take_upsert(
+        &mut self,
+        batch: &ChangeBatch,
+        part: &TopicPartition,
+        where_: &(dyn Fn() -> String + Sync),
+    ) -> Result<bool, SinkError> {
+        let rows = &batch.rows;
+        let bad = |e: String| fail(LakeError::Data(format!("{}: {e}", where_())));
+        let after = match batch.shape {
+            ValueShape::Envelope | ValueShape::Flattened => rows.column_by_name("after"),
+            ValueShape::KeyOnly | ValueShape::NonData(_) => None,
+        };
+        let Some(after) = after else {
+            // A tombstone follows its delete, which did the work.
+            let name = self.s.config.table_name(&batch.topic);
+            if let Some(e) = self
+                .tables
+                .get_mut(&name)
+                .and_then(|t| t.parts.get_mut(part))
+            {
+                e.last = batch.last_offset;
+            }
+            return Ok(false);
+        };
+        let image = keyed::children(after).ok_or_else(|| bad("`after` is not a record".into()))?;
+        let n = rows.num_rows();
+        let has_image: Vec<bool> = (0..n).map(|i| after.is_valid(i)).collect();
+        let ops = rows
+            .column_by_name("__op")
+            .and_then(|c| c.as_string_opt::<i32>())
+            .ok_or_else(|| bad("the change batch has no __op".into()))?
+            .clone();
+        let ops = match rows
+            .column_by_name("__tombstone")
+            .and_then(|c| c.as_boolean_opt())
+        {
+            Some(t) if t.true_count() > 0 => arrow_select::nullif::nullif(&ops, t)
+                .map_err(|e| bad(e.to_string()))?
+                .as_string::<i32>()
+                .clone(),
+            _ => ops,
+        };
+        let key = rows
+            .column_by_name("key")
+            .filter(|k| k.as_struct_opt().is_some_and(|s| s.num_columns() > 0))
+            .cloned();
+        let offsets = rows
+            .column_by_name("__offset")
+            .and_then(|c| c.as_primitive_opt::<arrow_array::types::Int64Type>())
+            .cloned();
+        let state = self.evolved(batch, &image, where_).await?;
+        let ident = state.ident.clone();
+        let in_table = |e: String| bad(format!("lake table {ident}: {e}"));
+        let schema = state.table.metadata().current_schema().clone();
+        let images = conform(&image, schema.as_struct()).map_err(|e| in_table(e.to_string()))?;
+        let (keys, has_key) = match &key {
+            Some(k) => {
+                let kb =
+                    keyed::children(k).ok_or_else(|| in_table("the key is not a record".into()))?;
+                let mut fields = Vec::new();
+                for f in kb.schema().fields() {
+                    let tf = schema.as_struct().field_by_name(f.name()).ok_or_else(|| {
+                        in_table(format!(
+                            "the record key's field `{}` is not a column of the row, so an \
+                             upsert table cannot delete by it",
+                            f.name()
+                        ))
+                    })?;
+                    fields.push(tf.clone());
+                }
+                check_spec_on_key(&state.table, &fields).map_err(in_table)?;
+                let kb = conform(&kb, &StructType::new(fields))
+                    .map_err(|e| in_table(format!("the key: {e}")))?;
+                (Some(kb), (0..n).map(|i| k.is_valid(i)).collect())
+            }
+            None => (None, vec![false; n]),
+        };
+        let entry = state
+            .parts
+            .entry(part.clone())
+            .or_insert_with(|| PartRows::new(batch));
+        let offset = |row: usize| {
+            let at = offsets
+                .as_ref()
+                .filter(|o| row < o.len())
+                .map_or_else(|| "?".to_owned(), |o| o.value(row).to_string());
+            format!(
+                "topic {} partition {} offset {at}: lake table {ident}",
+                batch.topic, batch.partition
+            )
+        };
+        entry
+            .keyed
+            .get_or_insert_with(KeyedRows::default)
+            .take(
+                Incoming {
+                    ops: &ops,
+                    keys,
+                    has_key,
+                    images,
+                    has_image,
+                },
+                &offset,
+            )
+            .map_err(|e| fail(LakeError::Data(e)))?;
+        Ok(true)
     }
 
     /// Starts the commits that are due: by size, by age, by idleness, or everything (`all`,
@@ -387,6 +533,7 @@ impl LakeSink {
         let Some(state) = self.tables.get_mut(name) else {
             return Ok(());
         };
+        let deletes_needed = holds_rows(&state.table);
         let mut work = Vec::new();
         for (part, mut rows) in state.parts.drain() {
             rows.seal(None)?;
@@ -401,7 +548,7 @@ impl LakeSink {
         let table = state.table.clone();
         let name = name.to_owned();
         self.running.spawn(async move {
-            let result = commit(&s, &ident, &table, work).await;
+            let result = commit(&s, &ident, &table, work, deletes_needed).await;
             Done {
                 table: name,
                 result,
@@ -502,10 +649,15 @@ async fn ensure_namespace(catalog: &OneAttempt, ns: &NamespaceIdent) -> Result<(
     }
 }
 
+/// The table property naming what a lakesink table holds ([`LakeMode`]); a table without it
+/// holds change events (lakesink made append tables only before it).
+pub const MODE_PROPERTY: &str = "lakesink.mode";
+
 async fn load_or_create(
     s: &Shared,
     ident: &TableIdent,
     schema: &Schema,
+    mode: LakeMode,
 ) -> Result<Table, LakeError> {
     // Catalogs differ in what loading a missing table fails with; asking first is plain.
     if s.catalog
@@ -519,7 +671,7 @@ async fn load_or_create(
             .await
             .map_err(LakeError::Catalog)?;
         warn_other_spec(s, &table);
-        return Ok(table);
+        return same_mode(table, mode);
     }
     let spec = unbound_spec(&s.config.partition_fields(), schema)
         .map_err(|e| LakeError::Config(format!("lake table {ident}: {e}")))?;
@@ -529,6 +681,7 @@ async fn load_or_create(
         .partition_spec(spec)
         .properties([
             ("write.format.default".to_owned(), "parquet".to_owned()),
+            (MODE_PROPERTY.to_owned(), mode.as_str().to_owned()),
             (
                 "lakesink.created-by".to_owned(),
                 format!("lakesink {}", env!("CARGO_PKG_VERSION")),
@@ -541,13 +694,70 @@ async fn load_or_create(
             Ok(t)
         }
         // Another instance created it first.
-        Err(e) if e.kind() == ErrorKind::TableAlreadyExists => s
-            .catalog
-            .load_table(ident)
-            .await
-            .map_err(LakeError::Catalog),
+        Err(e) if e.kind() == ErrorKind::TableAlreadyExists => same_mode(
+            s.catalog
+                .load_table(ident)
+                .await
+                .map_err(LakeError::Catalog)?,
+            mode,
+        ),
         Err(e) => Err(LakeError::Catalog(e)),
     }
+}
+
+/// The table, if it holds what `mode` writes: change events written into a table of current
+/// rows (or the reverse) would be read as something they are not.
+fn same_mode(table: Table, mode: LakeMode) -> Result<Table, LakeError> {
+    let have = table
+        .metadata()
+        .properties()
+        .get(MODE_PROPERTY)
+        .map_or("append", String::as_str);
+    if have == mode.as_str() {
+        return Ok(table);
+    }
+    Err(LakeError::Config(format!(
+        "lake table {} holds {have} mode's rows ({MODE_PROPERTY} = {have}) and the configuration \
+         writes it in {} mode: set mode = \"{have}\" for it in [lake.tables.\"{}\"], or give \
+         it another name (table-name-format)",
+        table.identifier(),
+        mode.as_str(),
+        table.identifier().name()
+    )))
+}
+
+/// Whether the table may hold rows, which an upsert commit's equality deletes must reach
+/// (an empty table needs none: a snapshot's first load writes no delete files).
+fn holds_rows(table: &Table) -> bool {
+    table.metadata().current_snapshot().is_some_and(|s| {
+        s.summary()
+            .additional_properties
+            .get("total-records")
+            .is_none_or(|n| n != "0")
+    })
+}
+
+/// An upsert table's partition spec must be over its key: a delete file applies within its
+/// own partition, so a row must stay in the partition its key names.
+fn check_spec_on_key(table: &Table, key: &[iceberg::spec::NestedFieldRef]) -> Result<(), String> {
+    let m = table.metadata();
+    for f in m.default_partition_spec().fields() {
+        if !key.iter().any(|k| k.id == f.source_id) {
+            let column = m
+                .current_schema()
+                .name_by_field_id(f.source_id)
+                .unwrap_or("?")
+                .to_owned();
+            return Err(format!(
+                "partition field `{}` is over `{column}`, not a column of the key {:?}: an \
+                 upsert table may be partitioned by its key's columns only (bucket(N, id), \
+                 identity), since an update may move a row out of any other partition",
+                f.name,
+                key.iter().map(|k| k.name.as_str()).collect::<Vec<_>>()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A table made with another spec than `partition-by` keeps its own (lakesink does not
@@ -639,6 +849,7 @@ async fn commit(
     ident: &TableIdent,
     table: &Table,
     work: Vec<(TopicPartition, Option<i64>, PartRows)>,
+    deletes_needed: bool,
 ) -> Result<Outcome, SinkError> {
     let location = table.metadata().location().trim_end_matches('/').to_owned();
     let schema = table.metadata().current_schema().clone();
@@ -649,9 +860,24 @@ async fn commit(
         .map_err(|e| fail(LakeError::Catalog(e)))?
         .clone();
     let mut covered = Vec::new();
-    for (part, expected, rows) in work {
+    for (part, expected, mut rows) in work {
+        let upsert = match rows.keyed.take() {
+            Some(k) => Some(
+                seal_upsert(s, table, k, deletes_needed, &mut rows.sealed)
+                    .map_err(|e| fail(LakeError::Data(format!("lake table {ident}: {e}"))))?,
+            ),
+            None => None,
+        };
         let mut files = Vec::new();
-        for (value, sealed) in &rows.sealed {
+        let mut deletes = Vec::new();
+        let no_deletes = Vec::new();
+        let delete_files = upsert.as_ref().map_or(&no_deletes, |u| &u.deletes);
+        let listed = rows
+            .sealed
+            .iter()
+            .map(|f| (f, false))
+            .chain(delete_files.iter().map(|f| (f, true)));
+        for ((value, sealed), is_delete) in listed {
             let path = format!(
                 "{location}/data/{}",
                 file_name(&part.topic, part.partition, rows.first)
@@ -684,10 +910,25 @@ async fn commit(
             )
             .await
             .map_err(fail)?;
-            files.push(
-                data_file(path, sealed, &schema, spec_id, value.clone())
+            if is_delete {
+                let ids = upsert.as_ref().map(|u| u.equality_ids.clone());
+                deletes.push(
+                    equality_delete_file(
+                        path,
+                        sealed,
+                        &schema,
+                        spec_id,
+                        value.clone(),
+                        ids.unwrap_or_default(),
+                    )
                     .map_err(|e| fail(LakeError::Data(e)))?,
-            );
+                );
+            } else {
+                files.push(
+                    data_file(path, sealed, &schema, spec_id, value.clone())
+                        .map_err(|e| fail(LakeError::Data(e)))?,
+                );
+            }
         }
         covered.push(Covered {
             part,
@@ -695,6 +936,8 @@ async fn commit(
             next: rows.last.saturating_add(1),
             rows: rows.rows,
             files,
+            deletes,
+            truncate: upsert.as_ref().is_some_and(|u| u.truncate),
         });
     }
     crate::failpoint::hit(crate::failpoint::LAKE_BEFORE_COMMIT);
@@ -716,6 +959,47 @@ async fn commit(
     .map_err(fail)?;
     crate::failpoint::hit(crate::failpoint::LAKE_AFTER_COMMIT);
     Ok(outcome)
+}
+
+/// An upsert partition's changes as files: its rows to add (into `data`) and its keys'
+/// equality deletes, split by the table's spec.
+struct UpsertFiles {
+    deletes: Vec<(Struct, Sealed)>,
+    equality_ids: Vec<i32>,
+    truncate: bool,
+}
+
+fn seal_upsert(
+    s: &Shared,
+    table: &Table,
+    rows: KeyedRows,
+    deletes_needed: bool,
+    data: &mut Vec<(Struct, Sealed)>,
+) -> Result<UpsertFiles, String> {
+    let schema = table.metadata().current_schema();
+    let equality_ids = rows
+        .key_names()
+        .iter()
+        .map(|n| {
+            schema
+                .field_id_by_name(n)
+                .ok_or_else(|| format!("the key's column `{n}` is not in the table"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let net = rows.seal(schema.as_struct(), deletes_needed)?;
+    let split = Partitioner::new(table.metadata().default_partition_spec(), schema)?;
+    let mut deletes = Vec::new();
+    for (batch, out) in [(net.rows, &mut *data), (net.deletes, &mut deletes)] {
+        let Some(batch) = batch else { continue };
+        for (value, part) in split.split(&batch)? {
+            out.push((value, encode(&part, schema.as_struct(), s.props.clone())?));
+        }
+    }
+    Ok(UpsertFiles {
+        deletes,
+        equality_ids,
+        truncate: net.truncate,
+    })
 }
 
 impl Sink for LakeSink {

@@ -17,6 +17,9 @@ mod plan;
 mod position;
 mod types;
 
+/// Debezium's stand-in for an unchanged TOASTed value, which the lake's upsert tables refuse.
+pub(crate) use encode::PLACEHOLDER;
+
 use std::collections::{BTreeMap, HashMap};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};

@@ -4,7 +4,7 @@
 
 use super::split_outside_parens;
 use crate::connect_import::{ImportError, Imported, Input, Options, import};
-use crate::{CatalogKind, Codec, Config, Content, LakeConfig, RecordFormat};
+use crate::{CatalogKind, Codec, Config, Content, LakeConfig, LakeMode, RecordFormat};
 
 /// A REST catalog (Polaris-style credential), S3FileIO on MinIO, Debezium's unwrap SMT.
 const REST: &str = r#"{
@@ -492,7 +492,7 @@ fn routing_by_a_record_field_is_reported() {
 }
 
 #[test]
-fn upsert_mode_and_the_cdc_field_are_reported_and_debeziums_transform_flattens() {
+fn upsert_mode_maps_to_upsert_tables_and_debeziums_transform_flattens() {
     // Tabular's connector, before it moved to Apache Iceberg, with its Debezium transform.
     let text = REST
         .replace(
@@ -525,24 +525,45 @@ fn upsert_mode_and_the_cdc_field_are_reported_and_debeziums_transform_flattens()
         &i,
         "(DebeziumTransform) → lake.content = \"flattened\""
     ));
-    for key in [
-        "iceberg.tables.upsert-mode-enabled",
-        "iceberg.tables.cdc-field",
-        "iceberg.tables.default-id-columns",
-    ] {
-        assert!(reason(&i, key).contains("append-only"), "{key}");
-    }
-    assert!(reason(&i, "iceberg.tables.upsert-mode-enabled").contains("#22"));
+    assert_eq!(l.mode, LakeMode::Upsert);
+    assert!(noted(
+        &i,
+        "iceberg.tables.upsert-mode-enabled = true → lake.mode = \"upsert\""
+    ));
+    assert!(reason(&i, "iceberg.tables.cdc-field").contains("Debezium operation itself"));
+    assert!(reason(&i, "iceberg.tables.default-id-columns").contains("record key"));
     assert_eq!(
         dropped(&i),
         [
             "tabular.json: iceberg.control.topic",
             "tabular.json: iceberg.tables.cdc-field",
             "tabular.json: iceberg.tables.default-id-columns",
-            "tabular.json: iceberg.tables.upsert-mode-enabled",
             "tabular.json: transforms.unwrap.cdc.target.pattern",
         ]
     );
+    // Without upsert mode, the operation and id columns have no table to key.
+    let text = adding(
+        REST,
+        &[
+            ("iceberg.tables.cdc-field", "_cdc.op"),
+            ("iceberg.tables.default-id-columns", "id"),
+        ],
+    );
+    let i = run(&[("append.json", &text)]).expect("import");
+    let l = lake(
+        &i,
+        &[
+            ("LAKESINK_LAKE_CREDENTIAL", "c"),
+            ("LAKESINK_LAKE_SECRET_ACCESS_KEY", "s"),
+        ],
+    );
+    assert_eq!(l.mode, LakeMode::Append);
+    for key in [
+        "iceberg.tables.cdc-field",
+        "iceberg.tables.default-id-columns",
+    ] {
+        assert!(reason(&i, key).contains("append tables"), "{key}");
+    }
     // Upsert mode off is what lakesink does.
     let text = adding(REST, &[("iceberg.tables.upsert-mode-enabled", "false")]);
     let i = run(&[("rest.json", &text)]).expect("import");

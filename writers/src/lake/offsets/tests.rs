@@ -104,6 +104,8 @@ async fn covered(
         next: rows.end,
         rows: (rows.end - rows.start) as u64,
         files: vec![file(catalog, ident, rows).await],
+        deletes: Vec::new(),
+        truncate: false,
     }
 }
 
