@@ -21,8 +21,11 @@
 # the tables in the replica database), TIMEOUT_SECONDS (per run, default 1800), KAFKA_PROPERTIES
 # (more lakesink consumer properties, TOML: '"fetch.max.bytes" = "104857600"'), JDBC_CONFIG (more
 # JDBC connector settings, JSON: '"consumer.override.fetch.max.bytes": "104857600"'),
-# REPLICA_CONFIG (more lakesink [replica] settings, TOML lines: 'delete-mode = "soft"') and
-# LAKESINK_LABEL (its name in the report, default lakesink).
+# REPLICA_CONFIG (more lakesink [replica] settings, TOML lines: 'delete-mode = "soft"'),
+# LAKESINK_LABEL (its name in the report, default lakesink) and LAKE=1 (also time lakesink
+# writing the same topics to an upsert lake table: [lake] mode = "upsert", SQL catalog in the
+# replica database, files on the stack's S3, every other key at its default; its rows and
+# checksum are read by Spark afterwards, not timed: bench/lake_checksum.py).
 # Needs the stack (dev/stack up). The JDBC sink runs in its own standalone Connect worker on
 # 127.0.0.1:8085 (the Iceberg peer's is :8084, the project's :8083; neither is touched).
 set -euo pipefail
@@ -156,19 +159,67 @@ T
   # With history tables on (REPLICA_CONFIG='mode = "both"'), theirs too.
   psql_q "DROP TABLE IF EXISTS public.\"$table\", public.\"${table}_history\"" >/dev/null
   say "lakesink: $mode, table public.$table"
-  local t0 pid t1 cpu hwm p0 p1
-  lag_start "$group" "$topic"
-  p0=$(pg_ticks); t0=$(date +%s%3N)
-  RUST_LOG=warn "$LAKESINK_BIN" run --config "$work/lakesink-$mode.toml" 2>"$work/lakesink-$mode.log" &
-  pid=$!; LS_PID=$pid
-  wait "$LAG_PID" || { tail -n 20 "$work/lakesink-$mode.log" >&2; die "lakesink: lag never reached 0"; }
-  read -r _ t1 _ <"$work/lag.out"
-  cpu=$(cpu_ticks "$pid"); hwm=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
-  kill -TERM "$pid"; wait "$pid" || die "lakesink did not stop cleanly; log $work/lakesink-$mode.log"
-  LS_PID=
-  sleep 1; p1=$(pg_ticks)
-  record "$mode" "${LAKESINK_LABEL:-lakesink}" "$table" "$t0" "$t1" "$cpu" "$hwm" "$(( p1 - p0 ))"
+  timed_lakesink "$mode" "$topic" "$group" "$work/lakesink-$mode.toml" "$work/lakesink-$mode.log"
+  record "$mode" "${LAKESINK_LABEL:-lakesink}" "$table" "$T0" "$T1" "$CPU" "$HWM" "$PG"
   delete_group "$group"
+}
+
+# The upsert lake table of the same topic: rows and checksum as Spark reads them.
+run_lake() {
+  local mode=$1 topic=$2 group="bench-replica-lake-$1-$(date +%s)"
+  local catalog="bench_${stamp}_$1" prefix="bench/lake-upsert/$stamp/$1"
+  local table="bench.bench_lake_${topic//./_}"
+  cat >"$work/lake-$mode.toml" <<T
+[kafka]
+brokers = "$BROKERS"
+group-id = "$group"
+topics = ["$topic"]
+properties = { "auto.commit.interval.ms" = "500"${KAFKA_PROPERTIES:+, $KAFKA_PROPERTIES} }
+
+[registry]
+url = "$REGISTRY"
+
+[lake]
+mode = "upsert"
+catalog-uri = "postgres://$PG_USER:$PG_PASSWORD@127.0.0.1:$PG_PORT/$PG_DB"
+catalog-name = "$catalog"
+warehouse = "s3://$BUCKET/$prefix"
+namespace = "bench"
+table-name-format = "bench_lake_\${topic}"
+
+[lake.store]
+endpoint = "$S3"
+region = "us-east-1"
+access-key-id = "$S3_KEY"
+secret-access-key = "$S3_SECRET"
+allow-http = true
+T
+  say "lakesink lake (upsert): $mode, table $catalog.$table under s3://$BUCKET/$prefix/"
+  timed_lakesink "$mode" "$topic" "$group" "$work/lake-$mode.toml" "$work/lake-$mode.log"
+  local counted
+  [ -n "${LAKESINK_SPARK_PYTHON:-}" ] || eval "$("$root/dev/stack" env)"
+  counted=$("$LAKESINK_SPARK_PYTHON" "$here/lake_checksum.py" "$PG_USER:$PG_PASSWORD@127.0.0.1:$PG_PORT/$PG_DB" \
+    "$catalog" "$table" "$S3" "$S3_KEY" "$S3_SECRET" "$BUCKET" 2>"$work/lake-$mode-spark.log") \
+    || { tail -n 20 "$work/lake-$mode-spark.log" >&2; counted="missing -"; }
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$mode" "lakesink-lake-upsert" "$RECORDS" \
+    "$(( T1 - T0 ))" "$CPU" "$HWM" "${counted%% *}" "${counted#* }" "$catalog.$table" "$PG" >>"$results"
+  delete_group "$group"
+}
+
+# timed_lakesink MODE TOPIC GROUP CONFIG LOG: runs lakesink until the group's lag is 0; sets T0,
+# T1 (epoch ms), CPU (ticks), HWM (peak RSS, KiB) and PG (the PostgreSQL server's ticks).
+timed_lakesink() {
+  local pid p0
+  lag_start "$3" "$2"
+  p0=$(pg_ticks); T0=$(date +%s%3N)
+  RUST_LOG=warn "$LAKESINK_BIN" run --config "$4" 2>"$5" &
+  pid=$!; LS_PID=$pid
+  wait "$LAG_PID" || { tail -n 20 "$5" >&2; die "lakesink: lag never reached 0"; }
+  read -r _ T1 _ <"$work/lag.out"
+  CPU=$(cpu_ticks "$pid"); HWM=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
+  kill -TERM "$pid"; wait "$pid" || die "lakesink did not stop cleanly; log $5"
+  LS_PID=
+  sleep 1; PG=$(( $(pg_ticks) - p0 ))
 }
 
 run_jdbc() {
@@ -260,7 +311,10 @@ for mode, sink, recs, ms, cpu, hwm, n, sums, table, pg in rows:
 for mode, sinks in best.items():
     ls = sinks.get("lakesink")
     for sink, (rate, n, sums) in sinks.items():
-        if ls and sink != "lakesink":
+        if ls and sink == "lakesink-lake-upsert":
+            same = "same rows and checksum" if (n, sums) == ls[1:] else "DIFFERENT rows or checksum"
+            print(f"{mode}: lake upsert table / replica = {rate / ls[0]:.2f}x, {same} (read by Spark)")
+        elif ls and sink != "lakesink":
             same = "same rows and checksum" if (n, sums) == ls[1:] else "DIFFERENT rows or checksum"
             print(f"{mode}: lakesink / {sink} = {ls[0] / rate:.1f}x, {same}")
 print("rows/s = events / wall seconds; CPU s and peak RSS (VmHWM): the lakesink process, or the whole "
@@ -286,6 +340,7 @@ main() {
       "$TARGET/release/examples/produce" "$topic" "$PARTITIONS" "$RECORDS" "$mode" >&2
     fi
     [ "${LAKESINK:-1}" = 0 ] || run_lakesink "$mode" "$topic"
+    [ "${LAKE:-0}" = 0 ] || run_lake "$mode" "$topic"
     if [ "${JDBC:-1}" != 0 ]; then
       for b in $BATCH_SIZES; do run_jdbc "$mode" "$topic" "$b"; done
     fi

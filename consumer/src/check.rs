@@ -164,33 +164,53 @@ pub(crate) async fn run(path: &Path, source_connectors: &[std::path::PathBuf]) -
     !report.failed
 }
 
-/// A source connector's settings that decide what reaches the replica: Debezium drops
-/// truncates before Kafka unless `skipped.operations` leaves `t` out (its default is `t`), so
-/// with `truncate-enabled` on the replica would keep rows the source truncated.
+/// A source connector's settings that decide what reaches the sinks: Debezium drops truncates
+/// before Kafka unless `skipped.operations` leaves `t` out (its default is `t`), so with
+/// `truncate-enabled` on the replica, or with upsert lake tables, they would keep rows the
+/// source truncated.
 fn source_connector(config: &Config, file: &Path, connector: &Connector) -> (Status, String) {
     let shown = file.display();
-    let truncates = config.replica.as_ref().is_some_and(|r| r.truncate_enabled);
+    let replica = config.replica.as_ref().is_some_and(|r| r.truncate_enabled);
+    let upsert = lakesink_config::LakeMode::Upsert;
+    let lake = config
+        .lake
+        .as_ref()
+        .is_some_and(|l| l.mode == upsert || l.tables.values().any(|t| t.mode == Some(upsert)));
+    let applying: Vec<&str> = [
+        (replica, "the replica (replica.truncate-enabled is on)"),
+        (lake, "the lake's upsert tables"),
+    ]
+    .into_iter()
+    .filter_map(|(on, who)| on.then_some(who))
+    .collect();
     let skipped = connector.get("skipped.operations").map(String::as_str);
     let drops_truncates = skipped.is_none_or(|ops| ops.split(',').any(|op| op.trim() == "t"));
-    match (truncates, drops_truncates) {
-        (true, true) => (
+    match (applying.is_empty(), drops_truncates) {
+        (false, true) => (
             Status::Warn,
             format!(
                 "{shown}: skipped.operations is {}, so Debezium drops truncates before Kafka and \
-                 the replica keeps truncated rows although replica.truncate-enabled is on; set \
-                 \"skipped.operations\": \"none\" in the connector",
+                 {} would keep truncated rows; set \"skipped.operations\": \"none\" in the \
+                 connector",
                 skipped.map_or("unset (Debezium's default: \"t\")".to_owned(), |s| format!(
                     "{s:?}"
-                ))
+                )),
+                applying.join(" and ")
             ),
         ),
-        (true, false) => (
+        (false, false) => (
             Status::Ok,
-            format!("{shown}: truncates reach Kafka and the replica applies them"),
+            format!(
+                "{shown}: truncates reach Kafka and {} apply them",
+                applying.join(" and ")
+            ),
         ),
-        (false, _) => (
+        (true, _) => (
             Status::Ok,
-            format!("{shown}: replica.truncate-enabled is off: truncates are not applied"),
+            format!(
+                "{shown}: replica.truncate-enabled is off and no lake table is an upsert table: \
+                 truncates are not applied"
+            ),
         ),
     }
 }

@@ -393,6 +393,25 @@ fn check_warns_when_the_source_connector_drops_truncates_the_replica_would_apply
         line(&report, "OK", "connector").is_some_and(|l| l.contains("truncate-enabled is off")),
         "{report}"
     );
+    // An upsert lake table applies truncates too.
+    let lake = dir.join("lake.toml");
+    std::fs::write(
+        &lake,
+        format!(
+            "[kafka]\nbrokers = \"{}\"\ntopics = [\"t\"]\n[lake]\ncatalog-uri = \"{}\"\n\
+             warehouse = \"s3://{}/check\"\n[lake.tables.t]\nmode = \"upsert\"\n[lake.store]\n{}",
+            stack.kafka_brokers,
+            stack.replica_pg_url,
+            stack.s3_bucket,
+            stack.store_keys()
+        ),
+    )
+    .expect("write");
+    let report = run(&lake, &[&unset]);
+    assert!(
+        line(&report, "WARN", "connector").is_some_and(|l| l.contains("the lake's upsert tables")),
+        "{report}"
+    );
 }
 
 /// Without `column.propagate.source.type` a PostgreSQL connector's schemas do not say which
