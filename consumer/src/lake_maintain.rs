@@ -1,5 +1,5 @@
-//! `lakesink lake maintain`: snapshot expiry and orphan-file cleanup for the `[lake]` tables
-//! (docs/lake.md#maintenance).
+//! `lakesink lake maintain`: compaction of upsert tables, snapshot expiry and orphan-file
+//! cleanup for the `[lake]` tables (docs/lake.md#maintenance).
 
 use std::path::PathBuf;
 
@@ -27,9 +27,12 @@ pub(crate) struct MaintainArgs {
     /// Only this table of the namespace (repeatable); default: every table in it.
     #[arg(long = "table")]
     tables: Vec<String>,
-    /// Print what would be expired and deleted; change and delete nothing.
+    /// Print what would be compacted, expired and deleted; change and delete nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Leave upsert tables' delete files as they are (no compaction).
+    #[arg(long)]
+    no_compact: bool,
 }
 
 /// Under this, an orphan may be a running commit's file.
@@ -59,6 +62,7 @@ pub(crate) async fn run(args: MaintainArgs) -> anyhow::Result<()> {
         orphan_age_ms: minutes(args.orphan_age_minutes),
         tables: args.tables,
         dry_run: args.dry_run,
+        compact: !args.no_compact,
     };
     // The same line either way, so a dry run's figures compare with the real run's.
     let dry = if args.dry_run {
@@ -68,6 +72,33 @@ pub(crate) async fn run(args: MaintainArgs) -> anyhow::Result<()> {
     };
     let reports = maintain(lake, &opts).await.map_err(anyhow::Error::msg)?;
     for r in &reports {
+        let c = &r.compaction;
+        if c.partitions > 0 || c.skipped > 0 {
+            let read = format!(
+                "{} partitions: {} data files and {} delete files ({} rows, {} bytes)",
+                c.partitions,
+                c.data_files_removed,
+                c.delete_files_removed,
+                c.rows_read,
+                c.bytes_read
+            );
+            let left = if c.skipped > 0 {
+                format!(
+                    "; {} partitions with position deletes left alone",
+                    c.skipped
+                )
+            } else {
+                String::new()
+            };
+            if opts.dry_run {
+                println!("{dry}{}: would compact {read}{left}", r.table);
+            } else {
+                println!(
+                    "{}: compacted {read} into {} files ({} bytes), {} rows deleted{left}",
+                    r.table, c.files_added, c.bytes_written, c.rows_deleted
+                );
+            }
+        }
         println!(
             "{dry}{}: {} of {} snapshots expired, {} files only they referenced deleted, {} orphan \
              files deleted, {} younger orphans kept",

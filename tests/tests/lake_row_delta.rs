@@ -11,18 +11,16 @@ use std::sync::Arc;
 
 use arrow_array::{Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
-use iceberg::spec::Struct;
 use iceberg::table::Table;
 use iceberg::{Catalog, NamespaceIdent, TableCreation, TableIdent};
 use lakesink_config::LakeConfig;
 use lakesink_tests::{Stack, unique};
 use lakesink_writers::lake::catalog::{self, OneAttempt};
 use lakesink_writers::lake::commit::Committer;
-use lakesink_writers::lake::files::{data_file, encode, equality_delete_file, properties};
+use lakesink_writers::lake::files::put_file;
 use lakesink_writers::lake::row_delta::RowDelta;
 use lakesink_writers::lake::storage::LakeStorage;
 use lakesink_writers::lake::types::iceberg_schema;
-use object_store::ObjectStoreExt;
 use serde_json::{Value, json};
 
 #[derive(Clone, Copy, Debug)]
@@ -119,33 +117,13 @@ impl Lake {
         batch: RecordBatch,
         deletes: bool,
     ) -> iceberg::spec::DataFile {
-        let schema = table.metadata().current_schema().clone();
-        let sealed = encode(
-            &batch,
-            schema.as_struct(),
-            properties(lakesink_config::Codec::Zstd, 1024),
-        )
-        .expect("encode");
-        let path = format!(
-            "{}/data/{}-{}.parquet",
-            table.metadata().location().trim_end_matches('/'),
-            if deletes { "eq-deletes" } else { "data" },
-            uuid::Uuid::new_v4()
-        );
-        let key = self.storage.key(&path).expect("key");
-        self.storage
-            .store()
-            .expect("store")
-            .put(&key, sealed.bytes.clone().into())
+        let ids = deletes.then(|| {
+            let schema = table.metadata().current_schema();
+            vec![schema.field_id_by_name("id").expect("id")]
+        });
+        put_file(&self.storage, table, &batch, ids)
             .await
-            .expect("upload");
-        let id = schema.field_id_by_name("id").expect("id");
-        if deletes {
-            equality_delete_file(path, &sealed, &schema, 0, Struct::empty(), vec![id])
-        } else {
-            data_file(path, &sealed, &schema, 0, Struct::empty())
-        }
-        .expect("entry")
+            .expect("upload")
     }
 
     async fn rows(&self, table: &Table, rows: &[(i64, &str)]) -> iceberg::spec::DataFile {

@@ -358,7 +358,7 @@ async fn crash_at_every_failpoint(kind: Kind, extra: &str) {
 }
 
 /// `lake maintain` with no writer running: every snapshot but the current, every orphan.
-const EVERYTHING_NOW: &[&str] = &[
+pub(crate) const EVERYTHING_NOW: &[&str] = &[
     "--snapshot-age-minutes",
     "0",
     "--orphan-age-minutes",
@@ -366,16 +366,17 @@ const EVERYTHING_NOW: &[&str] = &[
     "--no-writers",
 ];
 
-/// One `lakesink lake maintain` line's figures.
+/// One `lakesink lake maintain` run's figures, of its table's expiry line, and all it printed.
 #[derive(Debug)]
-struct Maintained {
+pub(crate) struct Maintained {
     expired: u64,
     orphans: u64,
     young: u64,
+    pub(crate) text: String,
 }
 
 /// Runs `lakesink lake maintain` on the run's config; its one table's figures.
-fn maintain(run: &Run, args: &[&str]) -> Maintained {
+pub(crate) fn maintain(run: &Run, args: &[&str]) -> Maintained {
     let out = Command::new(env!("CARGO_BIN_EXE_lakesink"))
         .args(["lake", "maintain", "--config"])
         .arg(&run.config)
@@ -389,7 +390,10 @@ fn maintain(run: &Run, args: &[&str]) -> Maintained {
         "{stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let line = stdout.lines().next().unwrap_or_default();
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("snapshots expired"))
+        .unwrap_or_default();
     let number_before = |what: &str| -> u64 {
         let at = line
             .find(what)
@@ -404,6 +408,7 @@ fn maintain(run: &Run, args: &[&str]) -> Maintained {
         expired: number_before(" of "),
         orphans: number_before(" orphan files deleted"),
         young: number_before(" younger orphans kept"),
+        text: stdout.clone(),
     }
 }
 

@@ -14,8 +14,8 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use serde_json::{Value, json};
 
-use crate::common::{Run, exec};
-use crate::lake::{Kind, read_request, section, spark};
+use crate::common::{Run, exec, stop_cleanly};
+use crate::lake::{EVERYTHING_NOW, Kind, maintain, read_request, section, spark};
 
 /// Inserts a row whose note is a fresh marker and returns the topic's offset just past its
 /// change event: every change made before it is in the topic below that offset (one
@@ -180,6 +180,55 @@ async fn an_upsert_table_equals_the_source_through_a_snapshot_changes_crashes_an
         figure(&summary, "total-equality-deletes") > 0
             && figure(&summary, "total-delete-files") > 0,
         "the changes were applied by equality deletes: {summary}"
+    );
+
+    // Compaction while the service commits more changes to the rows it rewrites: their
+    // deletes still apply to the rewritten files (they keep the sequence number they were read
+    // at), and the compaction, if it loses the race, is made again on the newer table.
+    exec(
+        &src,
+        &[
+            format!("UPDATE public.\"{name}\" SET qty = qty + 1, note = 'c' WHERE id % 4 = 0"),
+            format!("DELETE FROM public.\"{name}\" WHERE id % 13 = 0"),
+        ],
+    )
+    .await;
+    let at = mark(&stack, &src, &name, &topic, -4).await;
+    let mut service = run.start(None);
+    let compacted = maintain(&run, &[]);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while run.committed() != end(at) {
+        assert!(
+            Instant::now() < deadline,
+            "never committed; log:\n{}",
+            run.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    stop_cleanly(&mut service);
+    eprintln!("lake maintain beside the service:\n{}", compacted.text);
+    assert!(
+        compacted.text.contains(": compacted "),
+        "the first compaction rewrote partitions: {}",
+        compacted.text
+    );
+    assert_equal(
+        &run,
+        &catalog,
+        &table,
+        &source,
+        "after a compaction beside the service",
+    )
+    .await;
+    // With the service stopped: the rest compacted, old snapshots and files gone.
+    let last = maintain(&run, EVERYTHING_NOW);
+    eprintln!("lake maintain, no writers:\n{}", last.text);
+    let summary = assert_equal(&run, &catalog, &table, &source, "compacted").await;
+    assert_eq!(
+        figure(&summary, "total-delete-files"),
+        0,
+        "{summary}\n{}",
+        last.text
     );
 
     // A truncate, and rows after it; killed before a commit.

@@ -19,8 +19,17 @@ use super::storage::{LakeStorage, LakeStorageFactory};
 /// Iceberg's in-memory catalog over lakesink's storage on an in-memory object store
 /// (warehouse `memory://lake/wh`), with the namespace `cdc`.
 pub(crate) async fn memory_catalog() -> MemoryCatalog {
+    memory_catalog_on(memory_storage()).await
+}
+
+/// lakesink's storage on a fresh in-memory object store, for [`memory_catalog_on`].
+pub(crate) fn memory_storage() -> LakeStorage {
     let store: Arc<dyn object_store::ObjectStore> = Arc::new(object_store::memory::InMemory::new());
-    let storage = LakeStorage::new(store, "memory://lake/".into());
+    LakeStorage::new(store, "memory://lake/".into())
+}
+
+/// [`memory_catalog`] over `storage`, whose files the test reads and writes too.
+pub(crate) async fn memory_catalog_on(storage: LakeStorage) -> MemoryCatalog {
     let catalog = MemoryCatalogBuilder::default()
         .with_storage_factory(Arc::new(LakeStorageFactory(storage)))
         .load(
@@ -55,8 +64,13 @@ impl std::fmt::Debug for Fake {
 
 impl Fake {
     pub(crate) async fn new() -> Arc<Self> {
+        Self::on(memory_storage()).await
+    }
+
+    /// The fake over `storage`.
+    pub(crate) async fn on(storage: LakeStorage) -> Arc<Self> {
         Arc::new(Self {
-            inner: memory_catalog().await,
+            inner: memory_catalog_on(storage).await,
             tables: Mutex::default(),
             race: tokio::sync::Mutex::default(),
         })

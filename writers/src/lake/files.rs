@@ -388,6 +388,42 @@ fn binary_upper(max: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
+/// `batch` as one file of `table` (unpartitioned) under its `data/`, uploaded through
+/// `storage`, and its entry: a data file, or with `equality_ids` an equality-delete file.
+/// For tools and tests that write a table's files outside the sink.
+pub async fn put_file(
+    storage: &super::storage::LakeStorage,
+    table: &iceberg::table::Table,
+    batch: &RecordBatch,
+    equality_ids: Option<Vec<i32>>,
+) -> Result<DataFile, String> {
+    use object_store::ObjectStoreExt;
+    let schema = table.metadata().current_schema().clone();
+    let sealed = encode(
+        batch,
+        schema.as_struct(),
+        properties(Codec::Zstd, 128 * 1024),
+    )?;
+    let kind = if equality_ids.is_some() {
+        "eq-deletes"
+    } else {
+        "data"
+    };
+    let path = format!(
+        "{}/data/{kind}-{}.parquet",
+        table.metadata().location().trim_end_matches('/'),
+        uuid::Uuid::new_v4()
+    );
+    let key = storage.key(&path).map_err(|e| e.to_string())?;
+    storage
+        .store()
+        .map_err(|e| e.to_string())?
+        .put(&key, sealed.bytes.clone().into())
+        .await
+        .map_err(|e| format!("{path}: {e}"))?;
+    entry(path, &sealed, &schema, 0, Struct::empty(), equality_ids)
+}
+
 /// A file's name: unique per attempt, so a file uploaded by a crashed attempt is never
 /// overwritten or listed twice; it stays an orphan for `lake maintain` to remove.
 pub fn file_name(topic: &str, partition: i32, first_offset: i64) -> String {

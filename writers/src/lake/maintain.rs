@@ -1,6 +1,8 @@
-//! `lakesink lake maintain`: snapshot expiry and orphan-file cleanup for the lake tables,
-//! safe to run while lakesink commits to them.
+//! `lakesink lake maintain`: compaction of upsert tables, snapshot expiry and orphan-file
+//! cleanup for the lake tables, safe to run while lakesink commits to them.
 //!
+//! - **Compaction** ([`super::compact`]) rewrites each partition holding equality deletes
+//!   with them applied, first, so that the expiry after it can let the files it replaced go.
 //! - **Expiry** commits through the `iceberg` crate's `ExpireSnapshotsAction` (Java's
 //!   `RemoveSnapshots` selection), retried on a conflict with a concurrent commit. The files
 //!   only the expired snapshots referenced (manifest lists, manifests, data files) are then
@@ -28,6 +30,9 @@ use object_store::path::Path;
 use tracing::info;
 
 use super::catalog::{OneAttempt, is_conflict, open, wrapper_catalog};
+use super::commit::Committer;
+use super::compact::{Compaction, compact};
+use super::files::properties;
 use super::storage::LakeStorage;
 
 /// What to do.
@@ -43,12 +48,16 @@ pub struct Options {
     pub tables: Vec<String>,
     /// Report what would be expired and deleted; change and delete nothing.
     pub dry_run: bool,
+    /// Compact the partitions that hold deletes.
+    pub compact: bool,
 }
 
 /// What happened to one table.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct TableReport {
     pub table: String,
+    /// The compaction (none without deletes, or without `compact`).
+    pub compaction: Compaction,
     pub snapshots_before: usize,
     pub snapshots_expired: usize,
     /// Files only the expired snapshots referenced, deleted.
@@ -80,13 +89,32 @@ pub async fn maintain(config: &LakeConfig, opts: &Options) -> Result<Vec<TableRe
             .map(|t| TableIdent::new(ns.clone(), t.clone()))
             .collect()
     };
+    let committer = Committer::open(config)
+        .map_err(|e| format!("the catalog {}: {e}", config.catalog_uri.redacted()))?;
+    let props = properties(config.codec, config.row_group_rows);
+    let target = usize::try_from(config.commit_bytes).unwrap_or(usize::MAX);
     let mut reports = Vec::new();
     for ident in idents {
-        reports.push(
-            table(&catalog, &storage, &ident, opts)
-                .await
-                .map_err(|e| format!("lake table {ident}: {e}"))?,
-        );
+        let compaction = if opts.compact {
+            compact(
+                &catalog,
+                &committer,
+                &storage,
+                &ident,
+                &props,
+                target,
+                opts.dry_run,
+            )
+            .await
+            .map_err(|e| format!("lake table {ident}: compacting: {e}"))?
+        } else {
+            Compaction::default()
+        };
+        let mut report = table(&catalog, &storage, &ident, opts)
+            .await
+            .map_err(|e| format!("lake table {ident}: {e}"))?;
+        report.compaction = compaction;
+        reports.push(report);
     }
     Ok(reports)
 }

@@ -19,6 +19,7 @@
 
 pub mod catalog;
 pub mod commit;
+pub mod compact;
 pub mod files;
 pub mod keyed;
 pub mod maintain;

@@ -167,6 +167,7 @@ pub async fn commit(
                 .collect(),
             remove_all: covered.iter().any(|c| c.truncate),
             properties: HashMap::from([(key(group), text.clone())]),
+            ..RowDelta::default()
         };
         let mut prepared = delta.prepare(&table).await?;
         prepared.updates.push(TableUpdate::SetProperties {

@@ -1,5 +1,7 @@
 //! One snapshot that adds data files and delete files together (Iceberg Java's `RowDelta`),
-//! optionally removing every live file first (a truncate), built on the `iceberg` crate's
+//! optionally removing every live file first (a truncate) or named files (a compaction's
+//! rewrite, Java's `RewriteFiles`, whose new files keep the sequence number of the snapshot
+//! they were read at so that deletes committed since still apply to them), built on the `iceberg` crate's
 //! public spec types: its transactions only fast-append data files (apache/iceberg-rust #2203).
 //! The updates go to the catalog through [`super::commit`].
 //!
@@ -10,7 +12,7 @@
 //! numbers in a `DELETED` entry. The summary's `added-*`, `deleted-*`, `removed-*` and
 //! `total-*` figures are Java's.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use iceberg::spec::{
     DataContentType, DataFile, DataFileFormat, FormatVersion, MAIN_BRANCH, ManifestContentType,
@@ -31,6 +33,13 @@ pub struct RowDelta {
     /// Every live data and delete file of the table removed before the files above are
     /// added (a truncate).
     pub remove_all: bool,
+    /// These live files (by path) removed: each must be live, or the delta fails (the table
+    /// changed under a rewrite).
+    pub remove: HashSet<String>,
+    /// The data sequence number of the added data files, instead of the new snapshot's: a
+    /// rewrite of files read at that sequence number (Java's `validateFromSnapshot` with
+    /// `dataSequenceNumber`), so that equality deletes committed after it still apply.
+    pub data_sequence: Option<i64>,
     /// Extra summary properties (the Kafka offsets).
     pub properties: HashMap<String, String>,
 }
@@ -68,13 +77,19 @@ const TOTALS: [(&str, &str, &str); 6] = [
 impl RowDelta {
     /// Whether the snapshot would change nothing but properties.
     pub fn is_empty(&self) -> bool {
-        self.data.is_empty() && self.deletes.is_empty() && !self.remove_all
+        self.data.is_empty()
+            && self.deletes.is_empty()
+            && !self.remove_all
+            && self.remove.is_empty()
     }
 
     /// The operation Java records: `append` for data alone, `delete` for deletes or removals
-    /// alone, `overwrite` for both.
+    /// alone, `overwrite` for both, `replace` for a rewrite (rows unchanged).
     pub fn operation(&self) -> Operation {
-        let removes = self.remove_all || !self.deletes.is_empty();
+        if self.data_sequence.is_some() {
+            return Operation::Replace;
+        }
+        let removes = self.remove_all || !self.deletes.is_empty() || !self.remove.is_empty();
         match (self.data.is_empty(), removes) {
             (false, false) => Operation::Append,
             (true, _) => Operation::Delete,
@@ -126,6 +141,7 @@ impl RowDelta {
         );
 
         let mut manifests: Vec<ManifestFile> = Vec::new();
+        let mut found: HashSet<&str> = HashSet::new();
         if let Some(parent) = parent {
             let list = table.manifest_list_reader(parent).load().await?;
             for mf in list.entries() {
@@ -133,7 +149,7 @@ impl RowDelta {
                 if !(mf.has_added_files() || mf.has_existing_files()) {
                     continue;
                 }
-                if !self.remove_all {
+                if !self.remove_all && self.remove.is_empty() {
                     manifests.push(mf.clone());
                     continue;
                 }
@@ -146,22 +162,38 @@ impl RowDelta {
                         ))
                     })?;
                 let manifest = mf.load_manifest(table.file_io()).await?;
+                let live: Vec<_> = manifest.entries().iter().filter(|e| e.is_alive()).collect();
+                let goes = |path: &str| self.remove_all || self.remove.contains(path);
+                if !live.iter().any(|e| goes(e.file_path())) {
+                    manifests.push(mf.clone());
+                    continue;
+                }
                 let mut writer = files.manifest(mf.content, spec_of.as_ref().clone())?;
-                let mut removed = 0;
-                for e in manifest.entries().iter().filter(|e| e.is_alive()) {
+                for e in live {
                     let seq = e.sequence_number().ok_or_else(|| {
                         invalid(format!(
                             "{}: an entry with no sequence number",
                             mf.manifest_path
                         ))
                     })?;
-                    summary.remove_file(e.data_file(), schema.clone(), spec_of.clone());
-                    writer.add_delete_file(e.data_file().clone(), seq, e.file_sequence_number)?;
-                    removed += 1;
+                    let f = e.data_file().clone();
+                    if goes(e.file_path()) {
+                        if let Some(p) = self.remove.get(e.file_path()) {
+                            found.insert(p.as_str());
+                        }
+                        summary.remove_file(e.data_file(), schema.clone(), spec_of.clone());
+                        writer.add_delete_file(f, seq, e.file_sequence_number)?;
+                    } else {
+                        let snapshot = e.snapshot_id().ok_or_else(|| {
+                            invalid(format!(
+                                "{}: an entry with no snapshot id",
+                                mf.manifest_path
+                            ))
+                        })?;
+                        writer.add_existing_file(f, snapshot, seq, e.file_sequence_number)?;
+                    }
                 }
-                if removed > 0 {
-                    manifests.push(writer.write_manifest_file().await?);
-                }
+                manifests.push(writer.write_manifest_file().await?);
             }
         }
         for (content, added) in [
@@ -172,14 +204,28 @@ impl RowDelta {
                 continue;
             }
             let mut writer = files.manifest(content, spec.as_ref().clone())?;
+            // No sequence number (-1): the entry inherits the snapshot's from the list.
+            let seq = match content {
+                ManifestContentType::Data => self.data_sequence.unwrap_or(-1),
+                ManifestContentType::Deletes => -1,
+            };
             for f in added {
                 summary.add_file(f, schema.clone(), spec.clone());
-                // No sequence number: the entry inherits the snapshot's from the list.
-                writer.add_file(f.clone(), -1)?;
+                writer.add_file(f.clone(), seq)?;
             }
             manifests.push(writer.write_manifest_file().await?);
         }
 
+        if let Some(gone) = self.remove.iter().find(|p| !found.contains(p.as_str())) {
+            return Err(Error::new(
+                ErrorKind::DataInvalid,
+                format!(
+                    "{}: {gone} is no longer a live file of the table (removed by a commit \
+                     since, a truncate say)",
+                    table.identifier()
+                ),
+            ));
+        }
         let list_path = format!(
             "{}/metadata/snap-{snapshot_id}-0-{}.{}",
             m.location(),

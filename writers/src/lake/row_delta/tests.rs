@@ -176,7 +176,7 @@ fn the_operation_is_javas() {
             vec![]
         },
         remove_all,
-        properties: HashMap::new(),
+        ..RowDelta::default()
     };
     assert_eq!(d(true, false, false).operation(), Operation::Append);
     assert_eq!(d(true, true, false).operation(), Operation::Overwrite);
@@ -289,6 +289,97 @@ async fn a_truncate_removes_every_live_file_keeping_their_sequence_numbers() {
     );
     assert_eq!(summary(&t4).0, Operation::Delete);
     assert_eq!(plan(&t4).await, vec![("f3".into(), vec!["d2".into()])]);
+}
+
+#[tokio::test]
+async fn a_rewrite_keeps_the_sequence_number_it_read_at_so_later_deletes_still_apply() {
+    let (_, t2) = two_snapshots(HashMap::new()).await;
+    // Read at snapshot 2 (sequence number 2): f1 with d1 applied, and f2, into c1.
+    let rewrite = RowDelta {
+        data: vec![data("c1", 11)],
+        remove: ["f1", "f2", "d1"]
+            .iter()
+            .map(|n| format!("memory://lake/wh/cdc/t/data/{n}.parquet"))
+            .collect(),
+        data_sequence: Some(2),
+        ..RowDelta::default()
+    };
+    // Meanwhile the service commits a delete (sequence number 3) and two rows.
+    let t3 = commit(
+        &t2,
+        RowDelta {
+            data: vec![data("f3", 1), data("f4", 1)],
+            deletes: vec![eq_deletes("d2", 1)],
+            ..RowDelta::default()
+        },
+    )
+    .await;
+    // The rewrite lost the race, and is prepared again on the newer table.
+    let t4 = commit(&t3, rewrite.clone()).await;
+    use ManifestContentType::{Data, Deletes};
+    use ManifestStatus::{Added, Deleted, Existing};
+    assert_eq!(
+        entries(&t4).await,
+        vec![
+            ("c1".into(), Data, Added, 2, 4),
+            ("d1".into(), Deletes, Deleted, 2, 4),
+            ("d2".into(), Deletes, Added, 3, 3),
+            ("f1".into(), Data, Deleted, 1, 4),
+            ("f2".into(), Data, Deleted, 2, 4),
+            ("f3".into(), Data, Added, 3, 3),
+            ("f4".into(), Data, Added, 3, 3),
+        ]
+    );
+    // d2 (3) still applies to the rewritten rows (2), not to f3 and f4 (3).
+    assert_eq!(
+        plan(&t4).await,
+        vec![
+            ("c1".into(), vec!["d2".into()]),
+            ("f3".into(), vec![]),
+            ("f4".into(), vec![])
+        ]
+    );
+    let (op, p) = summary(&t4);
+    assert_eq!(op, Operation::Replace);
+    for (key, want) in [
+        ("added-data-files", "1"),
+        ("deleted-data-files", "2"),
+        ("removed-delete-files", "1"),
+        ("total-data-files", "3"),
+        ("total-delete-files", "1"),
+        ("total-records", "13"),
+    ] {
+        assert_eq!(get(&p, key), want, "{key} in {p:?}");
+    }
+    // A file removed from a manifest that keeps another: that one stays, as it was.
+    let t5 = commit(
+        &t4,
+        RowDelta {
+            data: vec![data("c2", 1)],
+            remove: ["memory://lake/wh/cdc/t/data/f4.parquet".to_owned()].into(),
+            data_sequence: Some(4),
+            ..RowDelta::default()
+        },
+    )
+    .await;
+    let e = entries(&t5).await;
+    assert!(e.contains(&("f3".into(), Data, Existing, 3, 5)), "{e:?}");
+    assert!(e.contains(&("f4".into(), Data, Deleted, 3, 5)), "{e:?}");
+    assert!(e.contains(&("c2".into(), Data, Added, 4, 5)), "{e:?}");
+    // A truncate since: the files the rewrite read are gone, and it fails.
+    let t6 = commit(
+        &t3,
+        RowDelta {
+            remove_all: true,
+            ..RowDelta::default()
+        },
+    )
+    .await;
+    let e = rewrite
+        .prepare(&t6)
+        .await
+        .expect_err("the rewrite's files are gone");
+    assert!(e.to_string().contains("no longer a live file"), "{e}");
 }
 
 #[tokio::test]
