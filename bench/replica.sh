@@ -28,6 +28,8 @@
 # checksum are read by Spark afterwards, not timed: bench/lake_checksum.py). LAKE_CONFIG: more
 # [lake] lines, default 'commit-interval-ms = 1000': the tail of a backlog smaller than a
 # sixteenth of commit-bytes waits for the interval (60 s by default), which would be timed).
+# With LAKE=1, COMPACT=1 (the default) also times a Spark scan of the table before and after
+# `lakesink lake maintain` compacts it, and the compaction itself.
 # Needs the stack (dev/stack up). The JDBC sink runs in its own standalone Connect worker on
 # 127.0.0.1:8085 (the Iceberg peer's is :8084, the project's :8083; neither is touched).
 set -euo pipefail
@@ -207,6 +209,25 @@ T
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$mode" "lakesink-lake-upsert" "$RECORDS" \
     "$(( T1 - T0 ))" "$CPU" "$HWM" "${counted%% *}" "${counted#* }" "$catalog.$table" "$PG" >>"$results"
   delete_group "$group"
+  [ "${COMPACT:-1}" = 0 ] || compact_lake "$mode" "$catalog" "$table"
+}
+
+# compact_lake MODE CATALOG TABLE: Spark's scan before and after `lake maintain` compacts.
+compact_lake() {
+  local spark=("$LAKESINK_SPARK_PYTHON" "$here/lake_checksum.py" "$PG_USER:$PG_PASSWORD@127.0.0.1:$PG_PORT/$PG_DB"
+    "$2" "$3" "$S3" "$S3_KEY" "$S3_SECRET" "$BUCKET" --timed)
+  local before after t0 t1 start end cpu
+  before=$("${spark[@]}" 2>>"$work/lake-$1-spark.log") || die "Spark could not read $2.$3 (log $work/lake-$1-spark.log)"
+  t0=$(date +%s%3N)
+  start=$(awk '{print $14 + $15 + $16 + $17}' /proc/$$/stat)
+  "$LAKESINK_BIN" lake maintain --config "$work/lake-$1.toml" --table "${3#*.}" >"$work/lake-$1-maintain.txt" 2>&1 \
+    || die "lake maintain failed: $(cat "$work/lake-$1-maintain.txt")"
+  t1=$(date +%s%3N)
+  end=$(awk '{print $14 + $15 + $16 + $17}' /proc/$$/stat)
+  cpu=$(( end - start ))
+  after=$("${spark[@]}" 2>>"$work/lake-$1-spark.log") || die "Spark could not read the compacted $2.$3"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$before" "$after" "$(( t1 - t0 ))" "$cpu" \
+    "$(grep ': compacted' "$work/lake-$1-maintain.txt" | head -n 1)" >>"$work/compaction.tsv"
 }
 
 # timed_lakesink MODE TOPIC GROUP CONFIG LOG: runs lakesink until the group's lag is 0; sets T0,
@@ -326,6 +347,23 @@ print("rows/s = events / wall seconds; CPU s and peak RSS (VmHWM): the lakesink 
 P
 }
 
+compaction_report() {
+  python3 - "$1" "$hz" <<'P'
+import sys
+hz = int(sys.argv[2])
+print(f"{'workload':9} {'Spark scan s, deletes':>21} {'compacted':>9} {'ratio':>6} {'maintain s':>10} {'CPU s':>6}  same rows?  compaction")
+for line in open(sys.argv[1]):
+    mode, before, after, ms, cpu, what = line.rstrip("\n").split("\t")
+    b, a = before.split(), after.split()
+    same = "yes" if b[:2] == a[:2] else f"NO: {b[:2]} {a[:2]}"
+    print(f"{mode:9} {float(b[2]):21.2f} {float(a[2]):9.2f} {float(b[2]) / float(a[2]):6.2f} "
+          f"{int(ms) / 1000:10.1f} {int(cpu) / hz:6.1f}  {same:9}  {what.split(': ', 1)[-1]}")
+print("Spark scan: SELECT count(*), sums FROM the table, median of 3 after a warm-up, local[2]. maintain: "
+      "lakesink lake maintain --table (compaction, then expiry at its defaults); its CPU is the children's "
+      "of this script while it ran.")
+P
+}
+
 main() {
   mkdir -p "$work"; : >"$results"
   if [ "${BUILD:-1}" = 1 ]; then
@@ -349,6 +387,7 @@ main() {
     fi
   done
   report | tee "$work/report.txt"
+  [ ! -s "$work/compaction.tsv" ] || compaction_report "$work/compaction.tsv" | tee -a "$work/report.txt"
   say "figures and logs kept in $work (topics bench-replica-{$(echo "$MODES" | tr ' ' ,)}-$stamp)"
 }
 

@@ -3,7 +3,8 @@
 //! truncated and refilled, while the `lakesink` binary writes it to an upsert table in the SQL
 //! catalog, partitioned by a bucket of the key, and is killed at every lake failpoint. After
 //! each phase Apache Spark with Iceberg's runtime (which applies equality deletes) reads the
-//! table equal to the source table, EXCEPT ALL both ways.
+//! table equal to the source table, EXCEPT ALL both ways. A second source flattened by
+//! Debezium's ExtractNewRecordState, its deletes sent as tombstones alone, reads equal too.
 
 use std::time::{Duration, Instant};
 
@@ -83,6 +84,15 @@ async fn assert_equal(run: &Run, catalog: &str, table: &str, source: &str, when:
     got["snapshot_summary"].clone()
 }
 
+/// The source table both tests change: a composite key, and a value of most kinds.
+fn create(name: &str) -> String {
+    format!(
+        "CREATE TABLE public.\"{name}\" (id bigint, region text, name text NOT NULL, \
+         qty integer, price numeric(10,2), created timestamptz, doc jsonb, tags text[], \
+         note text, PRIMARY KEY (id, region))"
+    )
+}
+
 fn figure(summary: &Value, key: &str) -> i64 {
     summary[key]
         .as_str()
@@ -98,11 +108,7 @@ async fn an_upsert_table_equals_the_source_through_a_snapshot_changes_crashes_an
     exec(
         &src,
         &[
-            format!(
-                "CREATE TABLE public.\"{name}\" (id bigint, region text, name text NOT NULL, \
-                 qty integer, price numeric(10,2), created timestamptz, doc jsonb, tags text[], \
-                 note text, PRIMARY KEY (id, region))"
-            ),
+            create(&name),
             format!(
                 "INSERT INTO public.\"{name}\" SELECT i, 'r' || (i % 3), 'item ' || i, i % 17, \
                  i * 1.25, '2024-05-01 13:00:00+00'::timestamptz + i * interval '1 minute', \
@@ -250,6 +256,68 @@ async fn an_upsert_table_equals_the_source_through_a_snapshot_changes_crashes_an
     run.run_to_end(&end(at));
     assert_equal(&run, &catalog, &table, &source, "after the truncate").await;
 
+    connector.stop(&src).await;
+    exec(&src, &[format!("DROP TABLE public.\"{name}\"")]).await;
+}
+
+/// Flattened records (`ExtractNewRecordState`) whose deletes are tombstones alone
+/// (`delete.tombstone.handling.mode = tombstone`): each tombstone deletes its key.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flattened_source_whose_deletes_are_tombstones_alone_reads_equal() {
+    let stack = Stack::from_env();
+    let name = unique("upf").replace('-', "_");
+    let src = source_pool(&stack).await;
+    exec(
+        &src,
+        &[
+            create(&name),
+            format!(
+                "INSERT INTO public.\"{name}\" SELECT i, 'r' || (i % 3), 'item ' || i, i % 17, \
+                 i * 1.25, now(), '{{}}', ARRAY['t'], NULL FROM generate_series(1, 200) i"
+            ),
+        ],
+    )
+    .await;
+    let connector = Connector::start_configured(
+        &stack,
+        &name,
+        Converter::ApicurioAvro,
+        json!({
+            "transforms": "unwrap",
+            "transforms.unwrap.type": "io.debezium.transforms.ExtractNewRecordState",
+            "transforms.unwrap.delete.tombstone.handling.mode": "tombstone",
+        }),
+    )
+    .await;
+    let topic = connector.topic.clone();
+    let catalog = unique("lake");
+    let namespace = unique("cdc").replace('-', "_");
+    let run = Run::with(
+        stack.clone(),
+        &topic,
+        1,
+        None,
+        &section(&stack, Kind::Sql, &catalog, &namespace, "mode = \"upsert\""),
+    );
+    let end = |o: i64| std::collections::BTreeMap::from([(0, o)]);
+    // The snapshot committed first, so the deletes after it reach older files.
+    let at = mark(&stack, &src, &name, &topic, -1).await;
+    run.run_to_end(&end(at));
+    exec(
+        &src,
+        &[
+            format!("UPDATE public.\"{name}\" SET qty = -1, note = 'u' WHERE id % 4 = 0"),
+            format!("DELETE FROM public.\"{name}\" WHERE id % 5 = 0"),
+            format!("UPDATE public.\"{name}\" SET id = id + 1000 WHERE id % 7 = 0"),
+        ],
+    )
+    .await;
+    let at = mark(&stack, &src, &name, &topic, -2).await;
+    run.run_to_end(&end(at));
+    let table = format!("{namespace}.{}", topic.replace('.', "_"));
+    let source = format!("public.\"{name}\"");
+    let summary = assert_equal(&run, &catalog, &table, &source, "flattened").await;
+    assert!(figure(&summary, "total-equality-deletes") > 0, "{summary}");
     connector.stop(&src).await;
     exec(&src, &[format!("DROP TABLE public.\"{name}\"")]).await;
 }

@@ -269,6 +269,36 @@ impl LakeSink {
             .ok_or_else(|| fail(LakeError::Data(format!("no lake table {name}"))))
     }
 
+    /// The table's state when the table exists (loading it), without creating it.
+    async fn existing(&mut self, topic: &str) -> Result<Option<&mut TableState>, SinkError> {
+        let name = self.s.config.table_name(topic);
+        if !self.tables.contains_key(&name) {
+            let ident = self.s.ident(topic);
+            let s = self.s.clone();
+            let exists = retrying(
+                Backoff::DEFAULT,
+                &*s.meter,
+                Some(LAKE),
+                "loading a lake table",
+                || async {
+                    s.catalog
+                        .table_exists(&ident)
+                        .await
+                        .map_err(LakeError::Catalog)
+                },
+            )
+            .await
+            .map_err(fail)?;
+            if !exists {
+                return Ok(None);
+            }
+            // It exists: this loads it (its mode checked), creating nothing.
+            let none = arrow_array::RecordBatch::new_empty(Arc::new(arrow_schema::Schema::empty()));
+            self.table(topic, &none).await?;
+        }
+        Ok(self.tables.get_mut(&name))
+    }
+
     async fn take(&mut self, batch: &ChangeBatch, now_ms: i64) -> Result<(), SinkError> {
         let part = TopicPartition::new(batch.topic.clone(), batch.partition);
         if self.out.contains_key(&part) || batch.rows.num_rows() == 0 {
@@ -400,40 +430,31 @@ impl LakeSink {
     ) -> Result<bool, SinkError> {
         let rows = &batch.rows;
         let bad = |e: String| fail(LakeError::Data(format!("{}: {e}", where_())));
+        let n = rows.num_rows();
         let after = match batch.shape {
             ValueShape::Envelope | ValueShape::Flattened => rows.column_by_name("after"),
-            ValueShape::KeyOnly | ValueShape::NonData(_) => None,
+            ValueShape::KeyOnly => None,
+            ValueShape::NonData(_) => return Ok(false),
         };
-        let Some(after) = after else {
-            // A tombstone follows its delete, which did the work.
-            let name = self.s.config.table_name(&batch.topic);
-            if let Some(e) = self
-                .tables
-                .get_mut(&name)
-                .and_then(|t| t.parts.get_mut(part))
-            {
-                e.last = batch.last_offset;
-            }
-            return Ok(false);
-        };
-        let image = keyed::children(after).ok_or_else(|| bad("`after` is not a record".into()))?;
-        let n = rows.num_rows();
-        let has_image: Vec<bool> = (0..n).map(|i| after.is_valid(i)).collect();
         let ops = rows
             .column_by_name("__op")
             .and_then(|c| c.as_string_opt::<i32>())
-            .ok_or_else(|| bad("the change batch has no __op".into()))?
-            .clone();
-        let ops = match rows
+            .ok_or_else(|| bad("the change batch has no __op".into()))?;
+        let tombstones = rows
             .column_by_name("__tombstone")
-            .and_then(|c| c.as_boolean_opt())
-        {
-            Some(t) if t.true_count() > 0 => arrow_select::nullif::nullif(&ops, t)
-                .map_err(|e| bad(e.to_string()))?
-                .as_string::<i32>()
-                .clone(),
-            _ => ops,
-        };
+            .and_then(|c| c.as_boolean_opt());
+        // A tombstone deletes its key: after Debezium's own delete it changes nothing, and
+        // where the delete was dropped (a flattening transform's `drop` or `tombstone`
+        // handling) it is the only delete there is.
+        let ops: arrow_array::StringArray = (0..n)
+            .map(|i| {
+                if tombstones.is_some_and(|t| t.is_valid(i) && t.value(i)) {
+                    Some("d")
+                } else {
+                    ops.is_valid(i).then(|| ops.value(i))
+                }
+            })
+            .collect();
         let key = rows
             .column_by_name("key")
             .filter(|k| k.as_struct_opt().is_some_and(|s| s.num_columns() > 0))
@@ -442,11 +463,35 @@ impl LakeSink {
             .column_by_name("__offset")
             .and_then(|c| c.as_primitive_opt::<arrow_array::types::Int64Type>())
             .cloned();
-        let state = self.evolved(batch, &image, where_).await?;
+        let (state, images, has_image) = match after {
+            Some(after) => {
+                let image =
+                    keyed::children(after).ok_or_else(|| bad("`after` is not a record".into()))?;
+                let state = self.evolved(batch, &image, where_).await?;
+                let schema = state.table.metadata().current_schema();
+                let images = conform(&image, schema.as_struct())
+                    .map_err(|e| bad(format!("lake table {}: {e}", state.ident)))?;
+                let has_image: Vec<bool> = (0..n).map(|i| after.is_valid(i)).collect();
+                (state, images, has_image)
+            }
+            // Tombstones alone: a table not made yet holds none of their keys.
+            None => match self.existing(&batch.topic).await? {
+                Some(state) => {
+                    let options = arrow_array::RecordBatchOptions::new().with_row_count(Some(n));
+                    let images = arrow_array::RecordBatch::try_new_with_options(
+                        Arc::new(arrow_schema::Schema::empty()),
+                        Vec::new(),
+                        &options,
+                    )
+                    .map_err(|e| bad(e.to_string()))?;
+                    (state, images, vec![false; n])
+                }
+                None => return Ok(false),
+            },
+        };
         let ident = state.ident.clone();
         let in_table = |e: String| bad(format!("lake table {ident}: {e}"));
         let schema = state.table.metadata().current_schema().clone();
-        let images = conform(&image, schema.as_struct()).map_err(|e| in_table(e.to_string()))?;
         let (keys, has_key) = match &key {
             Some(k) => {
                 let kb =
@@ -533,7 +578,6 @@ impl LakeSink {
         let Some(state) = self.tables.get_mut(name) else {
             return Ok(());
         };
-        let deletes_needed = holds_rows(&state.table);
         let mut work = Vec::new();
         for (part, mut rows) in state.parts.drain() {
             rows.seal(None)?;
@@ -548,7 +592,7 @@ impl LakeSink {
         let table = state.table.clone();
         let name = name.to_owned();
         self.running.spawn(async move {
-            let result = commit(&s, &ident, &table, work, deletes_needed).await;
+            let result = commit(&s, &ident, &table, work).await;
             Done {
                 table: name,
                 result,
@@ -849,7 +893,6 @@ async fn commit(
     ident: &TableIdent,
     table: &Table,
     work: Vec<(TopicPartition, Option<i64>, PartRows)>,
-    deletes_needed: bool,
 ) -> Result<Outcome, SinkError> {
     let location = table.metadata().location().trim_end_matches('/').to_owned();
     let schema = table.metadata().current_schema().clone();
@@ -859,6 +902,27 @@ async fn commit(
         .store()
         .map_err(|e| fail(LakeError::Catalog(e)))?
         .clone();
+    // Upsert mode: whether the table holds rows the commit's keys may have, as it stands now
+    // (another instance may have committed this partition's rows before a rebalance).
+    let deletes_needed = if work.iter().any(|(_, _, r)| r.keyed.is_some()) {
+        let fresh = retrying(
+            Backoff::DEFAULT,
+            &*s.meter,
+            Some(LAKE),
+            "loading a lake table",
+            || async {
+                s.catalog
+                    .load_table(ident)
+                    .await
+                    .map_err(LakeError::Catalog)
+            },
+        )
+        .await
+        .map_err(fail)?;
+        holds_rows(&fresh)
+    } else {
+        false
+    };
     let mut covered = Vec::new();
     for (part, expected, mut rows) in work {
         let upsert = match rows.keyed.take() {
