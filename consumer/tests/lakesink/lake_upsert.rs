@@ -65,7 +65,14 @@ async fn spark_against_source(run: &Run, catalog: &str, table: &str, source: &st
 }
 
 /// The lake table equals the source table, row for row, on every column; its summary.
-async fn assert_equal(run: &Run, catalog: &str, table: &str, source: &str, when: &str) -> Value {
+async fn assert_equal(
+    run: &Run,
+    catalog: &str,
+    table: &str,
+    source: &str,
+    when: &str,
+    columns: usize,
+) -> Value {
     let got = spark_against_source(run, catalog, table, source).await;
     assert_eq!(
         got["lake_minus_source"]["count"], 0,
@@ -78,7 +85,7 @@ async fn assert_equal(run: &Run, catalog: &str, table: &str, source: &str, when:
     assert_eq!(got["count"], got["source_count"], "{when}: {got}");
     assert_eq!(
         got["compared_columns"].as_array().map(Vec::len),
-        Some(9),
+        Some(columns),
         "{when}: {got}"
     );
     got["snapshot_summary"].clone()
@@ -150,7 +157,7 @@ async fn an_upsert_table_equals_the_source_through_a_snapshot_changes_crashes_an
     let at = mark(&stack, &src, &name, &topic, -1).await;
     run.crash_at(LAKE_AFTER_COMMIT);
     run.run_to_end(&end(at));
-    let summary = assert_equal(&run, &catalog, &table, &source, "after the snapshot").await;
+    let summary = assert_equal(&run, &catalog, &table, &source, "after the snapshot", 9).await;
     assert_eq!(figure(&summary, "total-delete-files"), 0, "{summary}");
 
     // Changes of every kind, some of a key twice in one commit; killed before an upload
@@ -181,7 +188,7 @@ async fn an_upsert_table_equals_the_source_through_a_snapshot_changes_crashes_an
     run.crash_at(LAKE_BEFORE_UPLOAD);
     run.crash_at(LAKE_BEFORE_COMMIT);
     run.run_to_end(&end(at));
-    let summary = assert_equal(&run, &catalog, &table, &source, "after the changes").await;
+    let summary = assert_equal(&run, &catalog, &table, &source, "after the changes", 9).await;
     assert!(
         figure(&summary, "total-equality-deletes") > 0
             && figure(&summary, "total-delete-files") > 0,
@@ -224,12 +231,13 @@ async fn an_upsert_table_equals_the_source_through_a_snapshot_changes_crashes_an
         &table,
         &source,
         "after a compaction beside the service",
+        9,
     )
     .await;
     // With the service stopped: the rest compacted, old snapshots and files gone.
     let last = maintain(&run, EVERYTHING_NOW);
     eprintln!("lake maintain, no writers:\n{}", last.text);
-    let summary = assert_equal(&run, &catalog, &table, &source, "compacted").await;
+    let summary = assert_equal(&run, &catalog, &table, &source, "compacted", 9).await;
     assert_eq!(
         figure(&summary, "total-delete-files"),
         0,
@@ -254,7 +262,7 @@ async fn an_upsert_table_equals_the_source_through_a_snapshot_changes_crashes_an
     let at = mark(&stack, &src, &name, &topic, -3).await;
     run.crash_at(LAKE_BEFORE_COMMIT);
     run.run_to_end(&end(at));
-    assert_equal(&run, &catalog, &table, &source, "after the truncate").await;
+    assert_equal(&run, &catalog, &table, &source, "after the truncate", 9).await;
 
     connector.stop(&src).await;
     exec(&src, &[format!("DROP TABLE public.\"{name}\"")]).await;
@@ -309,6 +317,13 @@ async fn a_flattened_source_whose_deletes_are_tombstones_alone_reads_equal() {
             format!("UPDATE public.\"{name}\" SET qty = -1, note = 'u' WHERE id % 4 = 0"),
             format!("DELETE FROM public.\"{name}\" WHERE id % 5 = 0"),
             format!("UPDATE public.\"{name}\" SET id = id + 1000 WHERE id % 7 = 0"),
+            // A new column, and one widened: the table evolves under the buffered rows.
+            format!("ALTER TABLE public.\"{name}\" ADD COLUMN extra text"),
+            format!("ALTER TABLE public.\"{name}\" ALTER COLUMN qty TYPE bigint"),
+            format!(
+                "UPDATE public.\"{name}\" SET extra = 'x' || id, qty = 5000000000 WHERE id % 3 = 0"
+            ),
+            format!("DELETE FROM public.\"{name}\" WHERE id % 11 = 0"),
         ],
     )
     .await;
@@ -316,7 +331,7 @@ async fn a_flattened_source_whose_deletes_are_tombstones_alone_reads_equal() {
     run.run_to_end(&end(at));
     let table = format!("{namespace}.{}", topic.replace('.', "_"));
     let source = format!("public.\"{name}\"");
-    let summary = assert_equal(&run, &catalog, &table, &source, "flattened").await;
+    let summary = assert_equal(&run, &catalog, &table, &source, "flattened", 10).await;
     assert!(figure(&summary, "total-equality-deletes") > 0, "{summary}");
     connector.stop(&src).await;
     exec(&src, &[format!("DROP TABLE public.\"{name}\"")]).await;
