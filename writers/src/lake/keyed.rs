@@ -145,9 +145,13 @@ impl KeyedRows {
             self.changes.push(change);
             taken += 1;
         }
+        // The images, each key once more as an owned row, and the changes' own room.
+        let each = std::mem::size_of::<Change<OwnedRow, (u32, u32)>>();
         self.bytes += images.get_array_memory_size()
             + keys.as_ref().map_or(0, |k| k.size())
-            + self.changes.len() * std::mem::size_of::<Change<OwnedRow, (u32, u32)>>();
+            + usize::try_from(taken)
+                .unwrap_or(usize::MAX)
+                .saturating_mul(each);
         self.images.push(images);
         Ok(taken)
     }

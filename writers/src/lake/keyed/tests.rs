@@ -191,3 +191,19 @@ fn a_toast_placeholder_or_a_missing_key_is_an_error_naming_the_record() {
     assert!(e.contains("no key") && e.contains("append"), "{e}");
     assert!(rows.is_empty(), "nothing was taken");
 }
+
+#[test]
+fn memory_held_grows_with_each_batch_not_with_all_held_before() {
+    let t = table();
+    let mut rows = KeyedRows::default();
+    let ids: Vec<i64> = (0..100).collect();
+    let vs: Vec<&str> = ids.iter().map(|_| "v").collect();
+    let ops: Vec<&str> = ids.iter().map(|_| "u").collect();
+    take(&mut rows, &t, &ops, &ids, &vs);
+    let one = rows.bytes();
+    assert!(one > 0);
+    for _ in 0..9 {
+        take(&mut rows, &t, &ops, &ids, &vs);
+    }
+    assert_eq!(rows.bytes(), 10 * one, "each batch adds what it holds");
+}
