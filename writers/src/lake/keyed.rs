@@ -10,10 +10,12 @@
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
-use arrow_array::{Array, ArrayRef, RecordBatch, RecordBatchOptions, StringArray};
+use std::collections::HashMap;
+
+use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions, StringArray};
 use arrow_row::{OwnedRow, RowConverter, SortField};
 use arrow_schema::{DataType, Field, FieldRef, Schema, SchemaRef};
-use iceberg::spec::StructType;
+use iceberg::spec::{Datum, StructType};
 
 use super::types::conform;
 use super::upsert::{Change, collapse};
@@ -230,9 +232,9 @@ impl KeyedRows {
     }
 
     /// The net effect of the changes held: the rows to add as `table`'s columns, the keys
-    /// to delete, and whether a truncate goes first. `deletes_needed`: false when nothing
-    /// older can hold a key (an empty table), so no delete file is written.
-    pub fn seal(self, table: &StructType, deletes_needed: bool) -> Result<Collapsed, String> {
+    /// to delete, and whether a truncate goes first. A key no older row can hold (`older`:
+    /// an empty table, or a value outside a key column's bounds) gets no delete.
+    pub fn seal(self, table: &StructType, older: &Older) -> Result<Collapsed, String> {
         let net = collapse(self.changes);
         let rows = if net.rows.is_empty() {
             None
@@ -250,13 +252,22 @@ impl KeyedRows {
             )
         };
         let deletes = match &self.key {
-            Some((key, converter))
-                if !net.truncate && deletes_needed && !net.deletes.is_empty() =>
-            {
+            Some((key, converter)) if !net.truncate && older.rows && !net.deletes.is_empty() => {
                 let columns = converter
                     .convert_rows(net.deletes.iter().map(OwnedRow::row))
                     .map_err(|e| e.to_string())?;
-                Some(RecordBatch::try_new(key.clone(), columns).map_err(|e| e.to_string())?)
+                let all = RecordBatch::try_new(key.clone(), columns).map_err(|e| e.to_string())?;
+                let reach = older.may_hold(&all);
+                if reach.true_count() == 0 {
+                    None
+                } else if reach.true_count() == all.num_rows() {
+                    Some(all)
+                } else {
+                    Some(
+                        arrow_select::filter::filter_record_batch(&all, &reach)
+                            .map_err(|e| e.to_string())?,
+                    )
+                }
             }
             _ => None,
         };
@@ -265,6 +276,70 @@ impl KeyedRows {
             rows,
             deletes,
         })
+    }
+}
+
+/// What the rows of older snapshots may hold, so that keys none of them can hold get no
+/// equality delete (an insert of a key past every key the table holds, typically).
+#[derive(Debug, Clone, Default)]
+pub struct Older {
+    /// Whether the table holds any data file.
+    pub rows: bool,
+    /// Per key column: the least lower and the greatest upper bound of its values over every
+    /// live data file. Absent: unknown (a file without bounds, or of another type).
+    pub bounds: HashMap<String, (Datum, Datum)>,
+}
+
+impl Older {
+    /// Per key row: whether an older row may hold it (its every bounded column within the
+    /// bounds; a value of a type not compared here, or null, may).
+    pub fn may_hold(&self, keys: &RecordBatch) -> BooleanArray {
+        let mut may = vec![true; keys.num_rows()];
+        for (f, c) in keys.schema().fields().iter().zip(keys.columns()) {
+            let Some((lo, hi)) = self.bounds.get(f.name()) else {
+                continue;
+            };
+            for (i, m) in may.iter_mut().enumerate() {
+                if *m && !c.is_null(i) && within(c.as_ref(), i, lo, hi) == Some(false) {
+                    *m = false;
+                }
+            }
+        }
+        BooleanArray::from(may)
+    }
+}
+
+/// Whether row `i` of `c` lies within `[lo, hi]`; `None` where this does not compare.
+fn within(c: &dyn Array, i: usize, lo: &Datum, hi: &Datum) -> Option<bool> {
+    use arrow_array::types::{Date32Type, Int32Type, Int64Type, TimestampMicrosecondType};
+    use iceberg::spec::PrimitiveLiteral as L;
+    fn range<T: PartialOrd>(v: T, lo: T, hi: T) -> bool {
+        lo <= v && v <= hi
+    }
+    match (c.data_type(), lo.literal(), hi.literal()) {
+        (DataType::Int32, L::Int(lo), L::Int(hi)) => {
+            Some(range(c.as_primitive::<Int32Type>().value(i), *lo, *hi))
+        }
+        (DataType::Date32, L::Int(lo), L::Int(hi)) => {
+            Some(range(c.as_primitive::<Date32Type>().value(i), *lo, *hi))
+        }
+        (DataType::Int64, L::Long(lo), L::Long(hi)) => {
+            Some(range(c.as_primitive::<Int64Type>().value(i), *lo, *hi))
+        }
+        (DataType::Timestamp(arrow_schema::TimeUnit::Microsecond, _), L::Long(lo), L::Long(hi)) => {
+            Some(range(
+                c.as_primitive::<TimestampMicrosecondType>().value(i),
+                *lo,
+                *hi,
+            ))
+        }
+        // Iceberg orders strings by their UTF-8 bytes, as `str` does; a truncated lower bound
+        // is below every value it stands for, a truncated upper bound above.
+        (DataType::Utf8, L::String(lo), L::String(hi)) => {
+            let v = c.as_string::<i32>().value(i);
+            Some(range(v, lo.as_str(), hi.as_str()))
+        }
+        _ => None,
     }
 }
 

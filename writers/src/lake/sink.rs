@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use arrow_array::Array;
 use arrow_array::cast::AsArray;
 use futures::future::BoxFuture;
-use iceberg::spec::{Schema, Struct, StructType};
+use iceberg::spec::{Datum, Schema, Struct, StructType};
 use iceberg::table::Table;
 use iceberg::transaction::{AddColumn, ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation, TableIdent};
@@ -31,7 +31,7 @@ use super::commit::Committer;
 use super::files::{
     OpenFile, Sealed, data_file, encode, equality_delete_file, file_name, properties,
 };
-use super::keyed::{self, Incoming, KeyedRows};
+use super::keyed::{self, Incoming, KeyedRows, Older};
 use super::offsets::{self, Covered, Outcome};
 use super::partition::{Partitioner, unbound_spec};
 use super::promote::{Promoting, widened};
@@ -57,6 +57,9 @@ struct Shared {
     /// Per partition, the next offset the table held when this instance last looked (at
     /// assignment, after its commits): what a commit expects to find.
     known: Mutex<HashMap<TopicPartition, Option<i64>>>,
+    /// Upsert mode: per table, per manifest (immutable, so read once), its live data files'
+    /// key bounds ([`older`]).
+    manifests: Mutex<HashMap<TableIdent, HashMap<String, Arc<FileBounds>>>>,
 }
 
 impl Shared {
@@ -198,6 +201,7 @@ impl LakeSink {
             props: properties(config.codec, config.row_group_rows),
             meter,
             known: Mutex::default(),
+            manifests: Mutex::default(),
         });
         retrying(
             Backoff::DEFAULT,
@@ -770,14 +774,118 @@ fn same_mode(table: Table, mode: LakeMode) -> Result<Table, LakeError> {
     )))
 }
 
-/// Whether the table may hold rows, which an upsert commit's equality deletes must reach
-/// (an empty table needs none: a snapshot's first load writes no delete files).
-fn holds_rows(table: &Table) -> bool {
-    table.metadata().current_snapshot().is_some_and(|s| {
-        s.summary()
-            .additional_properties
-            .get("total-records")
-            .is_none_or(|n| n != "0")
+/// The live data files of one manifest: how many, and per key column (by field id) the
+/// bounds of their values, `None` where one has none.
+#[derive(Debug, Default)]
+struct FileBounds {
+    files: usize,
+    bounds: HashMap<i32, Option<(Datum, Datum)>>,
+}
+
+impl FileBounds {
+    /// Widens `self` by a file's bounds of the columns `ids`.
+    fn add(&mut self, ids: &[i32], lower: &HashMap<i32, Datum>, upper: &HashMap<i32, Datum>) {
+        self.files += 1;
+        for id in ids {
+            let file = lower.get(id).zip(upper.get(id));
+            let first = self.files == 1;
+            let merged = match (self.bounds.get(id), file) {
+                (_, None) => None,
+                (None, Some((lo, hi))) if first => Some((lo.clone(), hi.clone())),
+                (Some(Some((a, b))), Some((lo, hi))) => widen(a, b, lo, hi),
+                _ => None,
+            };
+            self.bounds.insert(*id, merged);
+        }
+    }
+
+    fn merge(&mut self, ids: &[i32], other: &FileBounds) {
+        if other.files == 0 {
+            return;
+        }
+        let first = self.files == 0;
+        self.files += other.files;
+        for id in ids {
+            let merged = match (self.bounds.get(id), other.bounds.get(id)) {
+                (_, None | Some(None)) => None,
+                (None, Some(Some((lo, hi)))) if first => Some((lo.clone(), hi.clone())),
+                (Some(Some((a, b))), Some(Some((lo, hi)))) => widen(a, b, lo, hi),
+                _ => None,
+            };
+            self.bounds.insert(*id, merged);
+        }
+    }
+}
+
+/// The least of two lower bounds and the greatest of two upper ones; `None` where they do
+/// not compare (bounds of another type, from before a column was widened).
+fn widen(a: &Datum, b: &Datum, lo: &Datum, hi: &Datum) -> Option<(Datum, Datum)> {
+    let low = match a.partial_cmp(lo)? {
+        std::cmp::Ordering::Greater => lo.clone(),
+        _ => a.clone(),
+    };
+    let high = match b.partial_cmp(hi)? {
+        std::cmp::Ordering::Less => hi.clone(),
+        _ => b.clone(),
+    };
+    Some((low, high))
+}
+
+/// What the table's rows as they stand may hold of the key `names` (see [`Older`]): whether
+/// it has any live data file, and each key column's bounds over them, from every data
+/// manifest of the current snapshot (each read once, then remembered).
+async fn older(s: &Shared, table: &Table, names: &[String]) -> Result<Older, LakeError> {
+    let Some(snapshot) = table.metadata().current_snapshot() else {
+        return Ok(Older::default());
+    };
+    let schema = table.metadata().current_schema();
+    let ids: Vec<i32> = names
+        .iter()
+        .filter_map(|n| schema.field_id_by_name(n))
+        .collect();
+    let list = table
+        .manifest_list_reader(snapshot)
+        .load()
+        .await
+        .map_err(LakeError::Catalog)?;
+    let mut total = FileBounds::default();
+    let mut seen = HashMap::new();
+    let ident = table.identifier().clone();
+    for mf in list.entries() {
+        if mf.content != iceberg::spec::ManifestContentType::Data {
+            continue;
+        }
+        let known = lock(&s.manifests)
+            .get(&ident)
+            .and_then(|m| m.get(&mf.manifest_path).cloned());
+        let bounds = match known {
+            Some(b) => b,
+            None => {
+                let manifest = mf
+                    .load_manifest(table.file_io())
+                    .await
+                    .map_err(LakeError::Catalog)?;
+                let mut b = FileBounds::default();
+                for e in manifest.entries().iter().filter(|e| e.is_alive()) {
+                    let f = e.data_file();
+                    b.add(&ids, f.lower_bounds(), f.upper_bounds());
+                }
+                Arc::new(b)
+            }
+        };
+        total.merge(&ids, &bounds);
+        seen.insert(mf.manifest_path.clone(), bounds);
+    }
+    // Only the manifests the table lists now are kept.
+    lock(&s.manifests).insert(ident, seen);
+    let by_name = |id: &i32| schema.name_by_field_id(*id).map(str::to_owned);
+    Ok(Older {
+        rows: total.files > 0,
+        bounds: total
+            .bounds
+            .iter()
+            .filter_map(|(id, b)| Some((by_name(id)?, b.clone()?)))
+            .collect(),
     })
 }
 
@@ -902,9 +1010,12 @@ async fn commit(
         .store()
         .map_err(|e| fail(LakeError::Catalog(e)))?
         .clone();
-    // Upsert mode: whether the table holds rows the commit's keys may have, as it stands now
+    // Upsert mode: what the table's rows may hold of the commit's keys, as it stands now
     // (another instance may have committed this partition's rows before a rebalance).
-    let deletes_needed = if work.iter().any(|(_, _, r)| r.keyed.is_some()) {
+    let names = work
+        .iter()
+        .find_map(|(_, _, r)| r.keyed.as_ref().map(KeyedRows::key_names));
+    let older = if let Some(names) = names {
         let fresh = retrying(
             Backoff::DEFAULT,
             &*s.meter,
@@ -919,15 +1030,15 @@ async fn commit(
         )
         .await
         .map_err(fail)?;
-        holds_rows(&fresh)
+        older(s, &fresh, &names).await.map_err(fail)?
     } else {
-        false
+        Older::default()
     };
     let mut covered = Vec::new();
     for (part, expected, mut rows) in work {
         let upsert = match rows.keyed.take() {
             Some(k) => Some(
-                seal_upsert(s, table, k, deletes_needed, &mut rows.sealed)
+                seal_upsert(s, table, k, &older, &mut rows.sealed)
                     .map_err(|e| fail(LakeError::Data(format!("lake table {ident}: {e}"))))?,
             ),
             None => None,
@@ -1037,7 +1148,7 @@ fn seal_upsert(
     s: &Shared,
     table: &Table,
     rows: KeyedRows,
-    deletes_needed: bool,
+    older: &Older,
     data: &mut Vec<(Struct, Sealed)>,
 ) -> Result<UpsertFiles, String> {
     let schema = table.metadata().current_schema();
@@ -1050,7 +1161,7 @@ fn seal_upsert(
                 .ok_or_else(|| format!("the key's column `{n}` is not in the table"))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let net = rows.seal(schema.as_struct(), deletes_needed)?;
+    let net = rows.seal(schema.as_struct(), older)?;
     let split = Partitioner::new(table.metadata().default_partition_spec(), schema)?;
     let mut deletes = Vec::new();
     for (batch, out) in [(net.rows, &mut *data), (net.deletes, &mut deletes)] {

@@ -1,3 +1,4 @@
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow_array::{Int32Array, Int64Array, RecordBatch, StringArray};
@@ -54,6 +55,14 @@ fn take(rows: &mut KeyedRows, t: &iceberg::spec::Schema, ops: &[&str], ids: &[i6
     .expect("take");
 }
 
+/// A table holding rows, their bounds unknown.
+fn held() -> Older {
+    Older {
+        rows: true,
+        ..Older::default()
+    }
+}
+
 fn ids(b: &Option<RecordBatch>) -> Vec<i64> {
     b.as_ref().map_or_else(Vec::new, |b| {
         b.column_by_name("id")
@@ -93,7 +102,7 @@ fn the_last_change_of_each_key_wins_and_every_changed_key_is_deleted() {
         &[3, 1, 4],
         &["c", "a3", "-"],
     );
-    let net = rows.seal(t.as_struct(), true).expect("seal");
+    let net = rows.seal(t.as_struct(), &held()).expect("seal");
     assert!(!net.truncate);
     assert_eq!(ids(&net.rows), [1, 3]);
     assert_eq!(values(&net.rows), ["a3", "c"]);
@@ -114,13 +123,13 @@ fn a_truncate_or_an_empty_table_needs_no_delete_file() {
     let t = table();
     let mut rows = KeyedRows::default();
     take(&mut rows, &t, &["c", "t", "c"], &[1, 0, 2], &["a", "", "b"]);
-    let net = rows.seal(t.as_struct(), true).expect("seal");
+    let net = rows.seal(t.as_struct(), &held()).expect("seal");
     assert!(net.truncate);
     assert_eq!(ids(&net.rows), [2]);
     assert!(net.deletes.is_none());
     let mut rows = KeyedRows::default();
     take(&mut rows, &t, &["r", "r"], &[1, 2], &["a", "b"]);
-    let net = rows.seal(t.as_struct(), false).expect("seal");
+    let net = rows.seal(t.as_struct(), &Older::default()).expect("seal");
     assert_eq!(ids(&net.rows), [1, 2]);
     assert!(net.deletes.is_none());
 }
@@ -149,7 +158,7 @@ fn a_key_column_widened_mid_commit_keeps_its_keys() {
     // The table's `id` is a long now (same field id); the key 7 is the same key.
     let t = table();
     take(&mut rows, &t, &["d"], &[7], &["-"]);
-    let net = rows.seal(t.as_struct(), true).expect("seal");
+    let net = rows.seal(t.as_struct(), &held()).expect("seal");
     assert!(net.rows.is_none(), "the create was deleted");
     assert_eq!(ids(&net.deletes), [7]);
 }
@@ -206,4 +215,59 @@ fn memory_held_grows_with_each_batch_not_with_all_held_before() {
         take(&mut rows, &t, &ops, &ids, &vs);
     }
     assert_eq!(rows.bytes(), 10 * one, "each batch adds what it holds");
+}
+
+#[test]
+fn keys_outside_every_older_file_s_bounds_get_no_delete() {
+    let t = table();
+    let mut rows = KeyedRows::default();
+    // 5 and 7 within the table's ids [3, 9]; 1 below, 12 and 40 past them.
+    take(
+        &mut rows,
+        &t,
+        &["u", "c", "d", "c", "u"],
+        &[5, 12, 7, 40, 1],
+        &["a", "b", "-", "c", "d"],
+    );
+    let older = Older {
+        rows: true,
+        bounds: HashMap::from([(
+            "id".to_owned(),
+            (iceberg::spec::Datum::long(3), iceberg::spec::Datum::long(9)),
+        )]),
+    };
+    let net = rows.seal(t.as_struct(), &older).expect("seal");
+    assert_eq!(ids(&net.rows), [5, 12, 40, 1]);
+    assert_eq!(ids(&net.deletes), [5, 7], "the keys an older row may hold");
+    // Strings: byte order, bounds inclusive.
+    let keys = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![Field::new("code", DataType::Utf8, true)])),
+        vec![Arc::new(StringArray::from(vec!["b", "bz", "c", "a", "é"]))],
+    )
+    .expect("keys");
+    let older = Older {
+        rows: true,
+        bounds: HashMap::from([(
+            "code".to_owned(),
+            (
+                iceberg::spec::Datum::string("b"),
+                iceberg::spec::Datum::string("c"),
+            ),
+        )]),
+    };
+    let may: Vec<bool> = older
+        .may_hold(&keys)
+        .iter()
+        .map(|m| m == Some(true))
+        .collect();
+    assert_eq!(may, [true, true, true, false, false]);
+    // A type the bounds do not compare with (a widened column's older int bounds) may hold.
+    let older = Older {
+        rows: true,
+        bounds: HashMap::from([(
+            "code".to_owned(),
+            (iceberg::spec::Datum::int(1), iceberg::spec::Datum::int(2)),
+        )]),
+    };
+    assert_eq!(older.may_hold(&keys).true_count(), 5);
 }
