@@ -78,6 +78,25 @@ pub async fn compact(
     let read_at = snapshot.sequence_number();
     let mut report = Compaction::default();
     let groups = groups(&table).await?;
+    // Deletes of an unpartitioned spec in a table with another spec apply to every
+    // partition (lakesink writes none; another writer may): rewriting a partition without
+    // them would bring their rows back, so such a table is left alone.
+    let unpartitioned = |id: i32| {
+        table
+            .metadata()
+            .partition_spec_by_id(id)
+            .is_none_or(|spec| spec.is_unpartitioned())
+    };
+    let global = groups
+        .iter()
+        .any(|((id, _), g)| !g.deletes.is_empty() && unpartitioned(*id));
+    if global && groups.keys().any(|(id, _)| !unpartitioned(*id)) {
+        return Err(
+            "it holds deletes of an unpartitioned spec beside partitioned files (written by \
+             another engine): compact it with that engine, or run maintain with --no-compact"
+                .to_owned(),
+        );
+    }
     let mut delta = RowDelta {
         data_sequence: Some(read_at),
         ..RowDelta::default()
