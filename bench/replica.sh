@@ -143,23 +143,30 @@ record() {
   [ "${KEEP_TABLES:-0}" = 1 ] || psql_q "DROP TABLE IF EXISTS public.\"$3\", public.\"${3}_history\"" >/dev/null || true
 }
 
-run_lakesink() {
-  local mode=$1 topic=$2 table="bench_lakesink_${1}_$stamp" group="bench-replica-lakesink-$1-$(date +%s)"
-  cat >"$work/lakesink-$mode.toml" <<T
+# consumer_sections GROUP TOPIC: the [kafka] and [registry] sections of a timed lakesink.
+consumer_sections() {
+  cat <<T
 [kafka]
 brokers = "$BROKERS"
-group-id = "$group"
-topics = ["$topic"]
+group-id = "$1"
+topics = ["$2"]
 properties = { "auto.commit.interval.ms" = "500"${KAFKA_PROPERTIES:+, $KAFKA_PROPERTIES} }
 
 [registry]
 url = "$REGISTRY"
 
+T
+}
+
+run_lakesink() {
+  local mode=$1 topic=$2 table="bench_lakesink_${1}_$stamp" group="bench-replica-lakesink-$1-$(date +%s)"
+  { consumer_sections "$group" "$topic"; cat <<T
 [replica]
 url = "postgres://$PG_USER:$PG_PASSWORD@127.0.0.1:$PG_PORT/$PG_DB"
 table-name-format = "$table"
 ${REPLICA_CONFIG:-}
 T
+  } >"$work/lakesink-$mode.toml"
   # With history tables on (REPLICA_CONFIG='mode = "both"'), theirs too.
   psql_q "DROP TABLE IF EXISTS public.\"$table\", public.\"${table}_history\"" >/dev/null
   say "lakesink: $mode, table public.$table"
@@ -173,16 +180,7 @@ run_lake() {
   local mode=$1 topic=$2 group="bench-replica-lake-$1-$(date +%s)"
   local catalog="bench_${stamp}_$1" prefix="bench/lake-upsert/$stamp/$1"
   local table="bench.bench_lake_${topic//./_}"
-  cat >"$work/lake-$mode.toml" <<T
-[kafka]
-brokers = "$BROKERS"
-group-id = "$group"
-topics = ["$topic"]
-properties = { "auto.commit.interval.ms" = "500"${KAFKA_PROPERTIES:+, $KAFKA_PROPERTIES} }
-
-[registry]
-url = "$REGISTRY"
-
+  { consumer_sections "$group" "$topic"; cat <<T
 [lake]
 mode = "upsert"
 catalog-uri = "postgres://$PG_USER:$PG_PASSWORD@127.0.0.1:$PG_PORT/$PG_DB"
@@ -199,6 +197,7 @@ access-key-id = "$S3_KEY"
 secret-access-key = "$S3_SECRET"
 allow-http = true
 T
+  } >"$work/lake-$mode.toml"
   say "lakesink lake (upsert): $mode, table $catalog.$table under s3://$BUCKET/$prefix/"
   timed_lakesink "$mode" "$topic" "$group" "$work/lake-$mode.toml" "$work/lake-$mode.log"
   local counted

@@ -785,18 +785,14 @@ struct FileBounds {
 impl FileBounds {
     /// Widens `self` by a file's bounds of the columns `ids`.
     fn add(&mut self, ids: &[i32], lower: &HashMap<i32, Datum>, upper: &HashMap<i32, Datum>) {
-        self.files += 1;
-        for id in ids {
-            let file = lower.get(id).zip(upper.get(id));
-            let first = self.files == 1;
-            let merged = match (self.bounds.get(id), file) {
-                (_, None) => None,
-                (None, Some((lo, hi))) if first => Some((lo.clone(), hi.clone())),
-                (Some(Some((a, b))), Some((lo, hi))) => widen(a, b, lo, hi),
-                _ => None,
-            };
-            self.bounds.insert(*id, merged);
-        }
+        let file = FileBounds {
+            files: 1,
+            bounds: ids
+                .iter()
+                .map(|id| (*id, lower.get(id).cloned().zip(upper.get(id).cloned())))
+                .collect(),
+        };
+        self.merge(ids, &file);
     }
 
     fn merge(&mut self, ids: &[i32], other: &FileBounds) {
