@@ -277,7 +277,10 @@ print(f"connector state      {state.get('connector', {}).get('state')} tasks {ta
 print(f"records              {recs}")
 print(f"wall seconds         {wall:.1f} (connector creation to consumer lag 0; commit interval $interval ms)")
 print(f"records/s            {recs / wall:.0f}")
-print(f"worker CPU seconds   {(c1 - c0) / hz:.1f}")
+topic_bytes = int("${TOPIC_BYTES:-0}")
+if topic_bytes:
+    print(f"MB/s                 {topic_bytes * recs / $EXPECTED_RECORDS / wall / 1e6:.1f} (keys and values as produced)")
+print(f"worker CPU seconds   {(c1 - c0) / hz:.1f} ({(c1 - c0) / hz / (recs / 1e6):.1f} per million records)")
 print(f"worker peak RSS      {hwm / 1024:.0f} MiB (VmHWM)")
 print(f"objects              {len(objs)} ({sum(int(s) for s, _ in objs) / 1048576:.1f} MiB) under s3://$BUCKET/{prefix}/")
 print(f"parquet data files   {len(data)} ({sum(s for s, _ in data) / 1048576:.1f} MiB)")

@@ -9,6 +9,10 @@
 #   RECORDS=1000000 RUN_PEER=0 bench/raw-layer.sh     lakesink only
 #   RUN_RAW=0 bench/raw-layer.sh        the lake sink and the peer only (RUN_LAKE=0: no lake)
 #   BENCH_TOPIC=t BUILD=0 LAKESINK_BIN=path bench/raw-layer.sh   another build, an earlier topic
+#   SHAPE=wide bench/raw-layer.sh       the 32-column table, ~1.2 KB a record (10 columns: ~185 B)
+#   FETCH=default RAW_OPTIONS='memory-budget-bytes = 134217728' bench/raw-layer.sh
+#                                       lakesink's own fetch sizes (not the peer's), a [raw] key
+#   KAFKA_PROPERTIES='"queued.min.messages" = "10000"' bench/raw-layer.sh   more consumer properties
 #
 # Needs the stack (dev/stack up). Release builds go to $CARGO_TARGET_DIR (or target/).
 set -euo pipefail
@@ -27,6 +31,8 @@ say() { printf '[bench] %s\n' "$*" >&2; }
 die() { printf '[bench] error: %s\n' "$*" >&2; exit 1; }
 
 RECORDS=${RECORDS:-5000000}
+SHAPE=${SHAPE:-narrow}
+case $SHAPE in narrow) shape_arg=() ;; wide) shape_arg=(wide) ;; *) die "SHAPE is narrow or wide, not $SHAPE" ;; esac
 PARTITIONS=${PARTITIONS:-8}
 TARGET=${CARGO_TARGET_DIR:-$root/target}
 # Another build to time (an older commit's, to compare): BUILD=0 LAKESINK_BIN=path.
@@ -44,13 +50,30 @@ fi
 fetch >/dev/null
 
 if [ -z "${BENCH_TOPIC:-}" ]; then
-  say "producing $RECORDS records to $TOPIC ($PARTITIONS partitions)"
-  "$TARGET/release/examples/produce" "$TOPIC" "$PARTITIONS" "$RECORDS" >&2
+  say "producing $RECORDS records of the $SHAPE table to $TOPIC ($PARTITIONS partitions)"
+  mkdir -p "$CACHE/bench/topics"
+  "$TARGET/release/examples/produce" "$TOPIC" "$PARTITIONS" "$RECORDS" "${shape_arg[@]}" | tee /dev/stderr \
+    | awk '/^bytes / {print $2}' >"$CACHE/bench/topics/$TOPIC.bytes"
 fi
+
+# The bytes of the topic's keys and values as produced (the producer compresses with lz4, so
+# the broker's log is smaller), for MB/s: what the published S3 sink figures count. Kept beside
+# the topic's name for later runs on it (BENCH_TOPIC).
+TOPIC_BYTES=$(cat "$CACHE/bench/topics/$TOPIC.bytes" 2>/dev/null || true)
+TOPIC_BYTES=${TOPIC_BYTES:-0}
+[ "$TOPIC_BYTES" != 0 ] || say "no byte count for $TOPIC (produced before the bench kept them): no MB/s"
 
 # Segments close on their record count, so the last one closes with the last record.
 per_partition=$(( (RECORDS + PARTITIONS - 1) / PARTITIONS ))
 flush=$(( (per_partition + 4) / 5 ))
+
+# The peer's fetch sizes (bench/peer-s3-sink.sh) by default, so both read alike; FETCH=default
+# leaves lakesink's own (consumer/src/kafka.rs), the configuration its memory figures are for.
+fetch_props=', "fetch.max.bytes" = "104857600", "max.partition.fetch.bytes" = "10485760"'
+[ "${FETCH:-peer}" = default ] && fetch_props=
+# More consumer properties, TOML: KAFKA_PROPERTIES='"queued.min.messages" = "10000"'.
+[ -z "${KAFKA_PROPERTIES:-}" ] || fetch_props="$fetch_props, $KAFKA_PROPERTIES"
+RAW_OPTIONS=${RAW_OPTIONS:-}
 
 # config NAME SECTION: a config for one timed run, under its own group.
 config() {
@@ -59,7 +82,7 @@ config() {
 brokers = "$BROKERS"
 group-id = "bench-lakesink-$1-$stamp"
 topics = ["$TOPIC"]
-properties = { "auto.commit.interval.ms" = "500", "fetch.max.bytes" = "104857600", "max.partition.fetch.bytes" = "10485760" }
+properties = { "auto.commit.interval.ms" = "500"$fetch_props }
 
 [registry]
 url = "$REGISTRY"
@@ -95,14 +118,16 @@ timed() {
   hwm=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
   kill -TERM "$pid"; wait "$pid" || die "lakesink did not stop cleanly; log $work/$name.log"
   trap - EXIT
-  python3 - "$done_records" "$t0" "$t1" "$cpu" "$hz" "$hwm" "$title" <<P | tee "$work/$name.txt"
+  python3 - "$done_records" "$t0" "$t1" "$cpu" "$hz" "$hwm" "$TOPIC_BYTES" "$RECORDS" "$title" <<P | tee "$work/$name.txt"
 import sys
-recs, t0, t1, cpu, hz, hwm = (int(x) for x in sys.argv[1:7])
+recs, t0, t1, cpu, hz, hwm, topic_bytes, total = (int(x) for x in sys.argv[1:9])
 wall = (t1 - t0) / 1000
-print(f"lakesink             {sys.argv[7]}, release build")
+print(f"lakesink             {sys.argv[9]}, release build")
 print(f"records              {recs}")
 print(f"wall seconds         {wall:.1f} (process start to consumer lag 0)")
 print(f"records/s            {recs / wall:.0f}")
+if topic_bytes:
+    print(f"MB/s                 {topic_bytes * recs / total / wall / 1e6:.1f} (keys and values as produced)")
 print(f"CPU seconds          {cpu / hz:.1f} ({cpu / hz / (recs / 1e6):.1f} per million records)")
 print(f"peak RSS             {hwm / 1024:.0f} MiB (VmHWM)")
 P
@@ -116,6 +141,7 @@ if [ "$RUN_RAW" = 1 ]; then
 url = \"s3://$BUCKET/$prefix\"
 flush-size = $flush
 codec = \"snappy\"
+$RAW_OPTIONS
 
 $(store_section raw)"
   say "lakesink raw layer: flush-size $flush, objects under s3://$BUCKET/$prefix/"
@@ -156,7 +182,7 @@ fi
 
 if [ "$RUN_PEER" = 1 ]; then
   say "peer: the same topic"
-  (TOPIC=$TOPIC PARTITIONS=$PARTITIONS EXPECTED_RECORDS=$RECORDS "$here/peer-s3-sink.sh" run) | tee "$work/peer.txt"
+  (TOPIC=$TOPIC PARTITIONS=$PARTITIONS EXPECTED_RECORDS=$RECORDS TOPIC_BYTES=$TOPIC_BYTES "$here/peer-s3-sink.sh" run) | tee "$work/peer.txt"
 fi
 
 # Ratios of what ran: records/s and CPU seconds per million records.

@@ -12,6 +12,17 @@ use serde_json::{Value, json};
 
 use crate::{Stack, unreachable};
 
+mod wide;
+
+/// Which table a [`Table`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// 10 columns, about 185 bytes a record (key and value).
+    Narrow,
+    /// 32 columns, about 1.2 KB a record (see `wide.rs`).
+    Wide,
+}
+
 /// The table's value schema (Debezium's `Value` record); `quantity` is an `int`, or a `long`
 /// once the source widened it.
 fn value_schema(ns: &str, quantity: &str) -> Value {
@@ -36,7 +47,7 @@ fn value_schema(ns: &str, quantity: &str) -> Value {
     })
 }
 
-fn envelope_schema(ns: &str, quantity: &str) -> Value {
+fn envelope_schema(ns: &str, value: Value) -> Value {
     let source = json!({
         "type": "record", "name": "Source", "namespace": "io.debezium.connector.postgresql",
         "fields": [
@@ -59,7 +70,7 @@ fn envelope_schema(ns: &str, quantity: &str) -> Value {
     });
     json!({
         "type": "record", "name": "Envelope", "namespace": ns, "fields": [
-            {"name": "before", "type": ["null", value_schema(ns, quantity)], "default": null},
+            {"name": "before", "type": ["null", value], "default": null},
             {"name": "after", "type": ["null", "Value"], "default": null},
             {"name": "source", "type": source},
             {"name": "op", "type": "string"},
@@ -85,6 +96,7 @@ fn key_schema(ns: &str) -> Value {
 #[derive(Clone)]
 pub struct Table {
     pub topic: String,
+    shape: Shape,
     key_id: u32,
     value_id: u32,
 }
@@ -129,12 +141,28 @@ impl Table {
         Self::create_in(stack, &client(&stack.kafka_brokers), topic, partitions).await
     }
 
+    /// As [`Table::create`], of the given shape.
+    pub async fn create_shaped(stack: &Stack, topic: &str, partitions: i32, shape: Shape) -> Self {
+        let kafka = client(&stack.kafka_brokers);
+        Self::create_shaped_in(stack, &kafka, topic, partitions, shape).await
+    }
+
     /// As [`Table::create`], on the cluster `kafka` reaches (its brokers and security).
     pub async fn create_in(
         stack: &Stack,
         kafka: &ClientConfig,
         topic: &str,
         partitions: i32,
+    ) -> Self {
+        Self::create_shaped_in(stack, kafka, topic, partitions, Shape::Narrow).await
+    }
+
+    async fn create_shaped_in(
+        stack: &Stack,
+        kafka: &ClientConfig,
+        topic: &str,
+        partitions: i32,
+        shape: Shape,
     ) -> Self {
         let brokers = kafka.get("bootstrap.servers").unwrap_or_default();
         let admin: AdminClient<_> = kafka.create().expect("admin client");
@@ -151,13 +179,18 @@ impl Table {
             r.unwrap_or_else(|(t, e)| panic!("creating topic {t}: {e}"));
         }
         let ns = topic.replace('-', "_");
+        let value = match shape {
+            Shape::Narrow => value_schema(&ns, "int"),
+            Shape::Wide => wide::value_schema(&ns),
+        };
         Self {
             topic: topic.to_owned(),
+            shape,
             key_id: register(stack, &format!("{topic}-key"), &key_schema(&ns)).await,
             value_id: register(
                 stack,
                 &format!("{topic}-value"),
-                &envelope_schema(&ns, "int"),
+                &envelope_schema(&ns, value),
             )
             .await,
         }
@@ -167,7 +200,12 @@ impl Table {
     /// its value schema, with `quantity` a `long`, registered; its events carry that version.
     pub async fn widen_quantity(&self, stack: &Stack) -> Self {
         let ns = self.topic.replace('-', "_");
-        let schema = envelope_schema(&ns, "long");
+        assert_eq!(
+            self.shape,
+            Shape::Narrow,
+            "only the narrow table has `quantity`"
+        );
+        let schema = envelope_schema(&ns, value_schema(&ns, "long"));
         Self {
             value_id: register(stack, &format!("{}-value", self.topic), &schema).await,
             ..self.clone()
@@ -185,17 +223,18 @@ impl Table {
     /// `d`; `version` changes the row's values.
     pub fn event(&self, id: i64, op: char, version: i64, ts_ms: i64) -> Vec<u8> {
         let mut out = frame(self.value_id);
+        let shape = self.shape;
         let row = |out: &mut Vec<u8>, v: i64| {
             long(out, 1); // union branch: the record
+            if shape == Shape::Wide {
+                wide::row(out, id, v, ts_ms);
+                return;
+            }
             long(out, id);
             long(out, id % 1000);
             string(out, &format!("SKU-{:06}", id % 100_000));
             long(out, (v % 50) + 1); // int and long share the zig-zag varint
-            let cents: i64 = 100 + (id * 7 + v) % 100_000;
-            let be = cents.to_be_bytes();
-            let skip = be.iter().take_while(|&&b| b == 0).count().min(7);
-            let skip = if be[skip] & 0x80 != 0 { skip - 1 } else { skip };
-            bytes(out, &be[skip..]);
+            decimal(out, 100 + (id * 7 + v) % 100_000);
             string(
                 out,
                 ["new", "paid", "shipped", "delivered"][(v % 4) as usize],
@@ -248,14 +287,21 @@ impl Table {
     }
 
     /// Produces `count` events of rows `0..count` to partitions round robin, then waits for
-    /// every delivery. Every tenth event is an update and every fiftieth a delete.
-    pub fn produce(&self, stack: &Stack, partitions: i32, count: i64, base_ts_ms: i64) {
-        self.produce_range(stack, partitions, 0..count, base_ts_ms);
+    /// every delivery. Every tenth event is an update and every fiftieth a delete. Returns the
+    /// bytes of the keys and values sent.
+    pub fn produce(&self, stack: &Stack, partitions: i32, count: i64, base_ts_ms: i64) -> u64 {
+        self.produce_range(stack, partitions, 0..count, base_ts_ms)
     }
 
     /// As [`Table::produce`], to the cluster `kafka` reaches (its brokers and security).
-    pub fn produce_in(&self, kafka: &ClientConfig, partitions: i32, count: i64, base_ts_ms: i64) {
-        self.send_to(kafka, partitions, events(0..count, base_ts_ms));
+    pub fn produce_in(
+        &self,
+        kafka: &ClientConfig,
+        partitions: i32,
+        count: i64,
+        base_ts_ms: i64,
+    ) -> u64 {
+        self.send_to(kafka, partitions, events(0..count, base_ts_ms))
     }
 
     /// As [`Table::produce`], for rows `ids` (event `i` is row `i`, at `base_ts_ms + i`).
@@ -265,8 +311,8 @@ impl Table {
         partitions: i32,
         ids: std::ops::Range<i64>,
         base_ts_ms: i64,
-    ) {
-        self.send(stack, partitions, events(ids, base_ts_ms));
+    ) -> u64 {
+        self.send(stack, partitions, events(ids, base_ts_ms))
     }
 
     /// Produces `count` events of `stream` (see [`Stream`]); row `id` goes to partition
@@ -278,24 +324,24 @@ impl Table {
         stream: Stream,
         count: i64,
         base_ts_ms: i64,
-    ) {
+    ) -> u64 {
         let events = stream.events(count).into_iter().zip(base_ts_ms..);
         self.send(
             stack,
             partitions,
             events.map(|((id, op, version), ts)| (id, op, version, ts)),
-        );
+        )
     }
 
     /// Sends `(id, op, version, ts_ms)` events, row `id` to partition `id % partitions`, then
-    /// waits for every delivery.
+    /// waits for every delivery. Returns the bytes of the keys and values sent.
     fn send(
         &self,
         stack: &Stack,
         partitions: i32,
         events: impl Iterator<Item = (i64, char, i64, i64)>,
-    ) {
-        self.send_to(&client(&stack.kafka_brokers), partitions, events);
+    ) -> u64 {
+        self.send_to(&client(&stack.kafka_brokers), partitions, events)
     }
 
     fn send_to(
@@ -303,7 +349,7 @@ impl Table {
         kafka: &ClientConfig,
         partitions: i32,
         events: impl Iterator<Item = (i64, char, i64, i64)>,
-    ) {
+    ) -> u64 {
         let producer: BaseProducer = kafka
             .clone()
             .set("linger.ms", "20")
@@ -312,9 +358,11 @@ impl Table {
             .set("queue.buffering.max.messages", "1000000")
             .create()
             .expect("producer");
+        let mut sent = 0u64;
         for (n, (id, op, version, ts)) in events.enumerate() {
             let key = self.key(id);
             let value = self.event(id, op, version, ts);
+            sent += (key.len() + value.len()) as u64;
             let mut record = BaseRecord::to(&self.topic)
                 .key(&key)
                 .payload(&value)
@@ -336,6 +384,7 @@ impl Table {
         producer
             .flush(Duration::from_secs(120))
             .expect("every record delivered");
+        sent
     }
 }
 
@@ -369,12 +418,8 @@ impl Stream {
         let mut next_id = 0;
         let mut seed: u64 = 0x5eed;
         let mut pick = |len: usize| {
-            // splitmix64
             seed = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = seed;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            ((z ^ (z >> 31)) % len as u64) as usize
+            (splitmix64(seed) % len as u64) as usize
         };
         (0..count)
             .map(|k| {
@@ -438,4 +483,69 @@ fn bytes(out: &mut Vec<u8>, b: &[u8]) {
 
 fn string(out: &mut Vec<u8>, s: &str) {
     bytes(out, s.as_bytes());
+}
+
+/// A Connect `Decimal` of `unscaled`: its minimal big-endian two's complement bytes.
+fn decimal(out: &mut Vec<u8>, unscaled: i64) {
+    let be = unscaled.to_be_bytes();
+    let skip = be.iter().take_while(|&&b| b == 0).count().min(7);
+    let skip = if be[skip] & 0x80 != 0 { skip - 1 } else { skip };
+    bytes(out, &be[skip..]);
+}
+
+/// splitmix64's finalizer: fixed pseudo-random values from a counter.
+fn splitmix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use lakesink_schema_registry::avro::{WriterSchema, validate};
+
+    use super::*;
+
+    fn table(shape: Shape) -> (Table, WriterSchema) {
+        let value = match shape {
+            Shape::Narrow => value_schema("t", "int"),
+            Shape::Wide => wide::value_schema("t"),
+        };
+        let schema = envelope_schema("t", value).to_string();
+        let table = Table {
+            topic: "t".into(),
+            shape,
+            key_id: 1,
+            value_id: 2,
+        };
+        (table, WriterSchema::parse_text(&schema).expect("schema"))
+    }
+
+    #[test]
+    fn every_event_of_both_shapes_is_a_whole_datum_of_its_schema() {
+        for shape in [Shape::Narrow, Shape::Wide] {
+            let (table, writer) = table(shape);
+            for (id, op, version, ts) in events(0..200, 1_714_568_400_000) {
+                let event = table.event(id, op, version, ts);
+                validate(&writer.root, &event[5..])
+                    .unwrap_or_else(|e| panic!("{shape:?} event {id} ({op}): {e}"));
+            }
+        }
+    }
+
+    #[test]
+    fn the_wide_tables_events_average_about_1_2_kb() {
+        let (table, _) = table(Shape::Wide);
+        let n = 10_000;
+        let total: usize = events(0..n, 1_714_568_400_000)
+            .map(|(id, op, version, ts)| {
+                table.event(id, op, version, ts).len() + table.key(id).len()
+            })
+            .sum();
+        let average = total as f64 / n as f64;
+        assert!(
+            (1_100.0..=1_300.0).contains(&average),
+            "{average:.0} bytes a record"
+        );
+    }
 }
