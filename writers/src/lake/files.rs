@@ -17,13 +17,9 @@ use parquet::file::metadata::ParquetMetaData;
 use parquet::file::properties::WriterProperties;
 use parquet::file::statistics::Statistics;
 
-/// Writer settings for lake files.
+/// Writer settings for lake files: the raw layer's.
 pub fn properties(codec: Codec, row_group_rows: usize) -> WriterProperties {
-    WriterProperties::builder()
-        .set_compression(crate::parquet::compression(codec))
-        .set_max_row_group_row_count(Some(row_group_rows))
-        .set_created_by(crate::parquet::created_by())
-        .build()
+    crate::parquet::writer_properties(codec, row_group_rows)
 }
 
 /// One file being encoded in memory.

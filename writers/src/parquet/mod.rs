@@ -39,7 +39,9 @@ pub use rolling::{RollingPolicy, Rotation, SegmentStats};
 pub use sink::RawSink;
 pub use uploads::Receipt;
 pub use writer::ParquetWriter;
-pub(crate) use writer::{compression, created_by};
+#[cfg(test)]
+use writer::created_by;
+pub(crate) use writer::writer_properties;
 
 /// The raw layer's name as a sink.
 pub const RAW: &str = "raw";

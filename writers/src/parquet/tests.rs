@@ -444,3 +444,66 @@ fn created_by_is_in_the_form_parquet_java_parses() {
     assert_eq!(&parts[1], "lakesink");
     assert_eq!(&parts[2], env!("CARGO_PKG_VERSION"));
 }
+
+/// Unique values outgrow the dictionary: the column chunk's later pages are plain encoded,
+/// and every value reads back, while a column of few values stays a dictionary.
+#[test]
+fn a_column_past_the_dictionary_limit_falls_back_to_plain_and_reads_back_whole() {
+    use parquet::basic::{Encoding, PageType};
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+
+    let n = 100_000i64;
+    let ids: Int64Array = (0..n).map(|i| i * 7919).collect();
+    let names: StringArray = (0..n).map(|i| Some(format!("customer-{i:08}"))).collect();
+    let status: StringArray = (0..n)
+        .map(|i| Some(["new", "paid", "shipped"][(i % 3) as usize]))
+        .collect();
+    let rows = RecordBatch::try_from_iter([
+        ("id", Arc::new(ids) as arrow_array::ArrayRef),
+        ("name", Arc::new(names) as _),
+        ("status", Arc::new(status) as _),
+    ])
+    .unwrap();
+    let mut out = Vec::new();
+    let props = writer_properties(lakesink_config::Codec::Snappy, 128 * 1024);
+    let mut w = parquet::arrow::ArrowWriter::try_new(&mut out, rows.schema(), Some(props)).unwrap();
+    w.write(&rows).unwrap();
+    w.close().unwrap();
+
+    let bytes = bytes::Bytes::from(out);
+    let file = SerializedFileReader::new(bytes.clone()).unwrap();
+    // The encodings of a column chunk's data pages, read from the page headers.
+    let encodings = |c: usize| -> Vec<Encoding> {
+        let pages = file
+            .get_row_group(0)
+            .unwrap()
+            .get_column_page_reader(c)
+            .unwrap();
+        pages
+            .map(|p| p.unwrap())
+            .filter(|p| p.page_type() != PageType::DICTIONARY_PAGE)
+            .map(|p| p.encoding())
+            .collect()
+    };
+    for c in [0, 1] {
+        let e = encodings(c);
+        assert!(
+            e.contains(&Encoding::RLE_DICTIONARY) && e.contains(&Encoding::PLAIN),
+            "column {c}: dictionary pages, then plain ones: {e:?}"
+        );
+    }
+    assert!(
+        !encodings(2).contains(&Encoding::PLAIN),
+        "three values stay a dictionary"
+    );
+    let read: Vec<RecordBatch> = ParquetRecordBatchReaderBuilder::try_new(bytes)
+        .unwrap()
+        .build()
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        arrow_select::concat::concat_batches(&rows.schema(), &read).unwrap(),
+        rows
+    );
+}

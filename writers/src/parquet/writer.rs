@@ -132,16 +132,30 @@ pub(crate) fn compression(codec: Codec) -> Compression {
     }
 }
 
-fn properties(config: &RawConfig) -> WriterProperties {
+/// A column chunk's dictionary stops growing at this size and its later pages are plain
+/// encoded. parquet's default of 1 MiB holds 128 Ki longs, so a row group of unique ids,
+/// timestamps or LSNs was dictionary encoded whole: a hash table and a dictionary per column
+/// per open file, both larger than the column they encode. At 128 KiB (16 Ki longs, thousands
+/// of short strings; a status, a country or a currency stays a dictionary) the raw-layer bench
+/// spent 2.9 instead of 3.4–3.6 CPU seconds per million records, peaked 60–100 MiB lower, and
+/// wrote 18% fewer bytes (docs/raw-layer.md, Memory).
+const DICTIONARY_PAGE_BYTES: usize = 128 * 1024;
+
+/// The Parquet settings of the raw layer's and the lake's files.
+pub(crate) fn writer_properties(codec: Codec, row_group_rows: usize) -> WriterProperties {
     WriterProperties::builder()
-        .set_compression(compression(config.codec))
-        .set_max_row_group_row_count(Some(config.row_group_rows))
+        .set_compression(compression(codec))
+        .set_max_row_group_row_count(Some(row_group_rows))
         .set_created_by(created_by())
-        // A new value on every row: a dictionary would be built, then dropped at its
-        // size limit.
+        .set_dictionary_page_size_limit(DICTIONARY_PAGE_BYTES)
+        // A new value on every row: a dictionary would only be built to be dropped.
         .set_column_dictionary_enabled(ColumnPath::from("__offset"), false)
         .set_column_dictionary_enabled(ColumnPath::from("__timestamp"), false)
         .build()
+}
+
+fn properties(config: &RawConfig) -> WriterProperties {
+    writer_properties(config.codec, config.row_group_rows)
 }
 
 pub struct ParquetWriter {
