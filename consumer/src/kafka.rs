@@ -293,9 +293,10 @@ fn fetch_config(config: &KafkaConfig) -> ClientConfig {
         .set("fetch.max.bytes", "16777216")
         .set("queued.max.messages.kbytes", "16384")
         // librdkafka keeps fetching a partition until its queue holds 100,000 messages (the
-        // default), whatever the bytes: at a few hundred bytes a record that is ~90 MiB of
-        // queued message ops over 8 partitions. 10,000 is still two fetches ahead; the
-        // raw-layer bench ran as fast and peaked 90 MiB lower (docs/raw-layer.md, Memory).
+        // default), whatever the bytes: with records of a few hundred bytes that was ~90 MiB
+        // of queued message ops over 8 partitions. At 10,000 a partition is fetched again
+        // while 10,000 of its records still wait; the raw-layer bench ran as fast and peaked
+        // 90 MiB lower (docs/raw-layer.md, Memory).
         .set("queued.min.messages", "10000")
         // With the prefetch bound that low, a partition's queue is often full, and librdkafka
         // then waits fetch.queue.backoff.ms (1 s by default) before fetching it again: the

@@ -114,7 +114,6 @@ fn rotations(config: &RawConfig) -> Vec<Rotation> {
     rules
 }
 
-/// Parquet's compression for a `codec` setting (the raw layer's and the lake's).
 /// The footer's `created_by`, in the `<app> version <version>` form parquet-java parses
 /// (`VersionParser`): a string it cannot parse makes it distrust, and ignore, the file's
 /// min/max statistics (PARQUET-251), so Spark and Trino would read every row group.
@@ -122,7 +121,8 @@ pub(crate) fn created_by() -> String {
     format!("lakesink version {}", env!("CARGO_PKG_VERSION"))
 }
 
-pub(crate) fn compression(codec: Codec) -> Compression {
+/// Parquet's compression for a `codec` setting (the raw layer's and the lake's).
+fn compression(codec: Codec) -> Compression {
     match codec {
         Codec::None => Compression::UNCOMPRESSED,
         Codec::Snappy => Compression::SNAPPY,
