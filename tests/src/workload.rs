@@ -23,6 +23,16 @@ pub enum Shape {
     Wide,
 }
 
+impl Shape {
+    /// The table's value schema as first registered.
+    fn value_schema(self, ns: &str) -> Value {
+        match self {
+            Self::Narrow => value_schema(ns, "int"),
+            Self::Wide => wide::value_schema(ns),
+        }
+    }
+}
+
 /// The table's value schema (Debezium's `Value` record); `quantity` is an `int`, or a `long`
 /// once the source widened it.
 fn value_schema(ns: &str, quantity: &str) -> Value {
@@ -179,10 +189,6 @@ impl Table {
             r.unwrap_or_else(|(t, e)| panic!("creating topic {t}: {e}"));
         }
         let ns = topic.replace('-', "_");
-        let value = match shape {
-            Shape::Narrow => value_schema(&ns, "int"),
-            Shape::Wide => wide::value_schema(&ns),
-        };
         Self {
             topic: topic.to_owned(),
             shape,
@@ -190,7 +196,7 @@ impl Table {
             value_id: register(
                 stack,
                 &format!("{topic}-value"),
-                &envelope_schema(&ns, value),
+                &envelope_schema(&ns, shape.value_schema(&ns)),
             )
             .await,
         }
@@ -507,11 +513,7 @@ mod tests {
     use super::*;
 
     fn table(shape: Shape) -> (Table, WriterSchema) {
-        let value = match shape {
-            Shape::Narrow => value_schema("t", "int"),
-            Shape::Wide => wide::value_schema("t"),
-        };
-        let schema = envelope_schema("t", value).to_string();
+        let schema = envelope_schema("t", shape.value_schema("t")).to_string();
         let table = Table {
             topic: "t".into(),
             shape,

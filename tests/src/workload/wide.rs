@@ -207,7 +207,7 @@ pub(super) fn row(out: &mut Vec<u8>, id: i64, v: i64, ts_ms: i64) {
     long(out, ts_ms * 1000 + 456);
     string(out, "2024-05-01T13:00:00.123456Z");
     long(out, 19_845 + id % 60);
-    long(out, ((id % 86_400) * 1_000_000) % 86_400_000_000);
+    long(out, (id % 86_400) * 1_000_000);
     string(
         out,
         &format!(
