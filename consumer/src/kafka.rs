@@ -6,13 +6,13 @@ use anyhow::Context;
 use lakesink_config::{KafkaConfig, NonDataAction, NonDataConfig};
 use lakesink_model::{Classify, Failure, Fault, System};
 use lakesink_schema_registry::{
-    ChangeBatch, ChangeDecoder, KafkaRecord, NonData, Route, Routes, SchemaResolver,
+    ChangeBatch, ChangeDecoder, KafkaRecord, NonData, Pushed, Route, Routes, SchemaResolver,
 };
 use rdkafka::client::OAuthToken;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedMessage, Headers};
+use rdkafka::message::{BorrowedHeaders, BorrowedMessage, Headers};
 use rdkafka::statistics::Statistics;
 use rdkafka::{ClientConfig, ClientContext, Message};
 use tracing::{debug, error, info, warn};
@@ -355,23 +355,53 @@ pub(crate) async fn push<R: SchemaResolver>(
     // Once per message: librdkafka re-parses an empty header block on every call (with an
     // allocation each time), and framing asks for up to eight names.
     let headers = msg.headers();
-    // Kafka's lastHeader semantics, as Apicurio reads them.
-    let header = |name: &str| {
-        headers
-            .and_then(|hs| hs.iter().filter(|h| h.key == name).last())
-            .and_then(|h| h.value)
-    };
-    let pushed = decoder
-        .push(KafkaRecord {
-            topic: msg.topic(),
-            partition: msg.partition(),
-            offset: msg.offset(),
-            timestamp: msg.timestamp().to_millis(),
-            key: msg.key(),
-            value: msg.payload(),
-            headers: &header,
-        })
-        .await?;
+    let header = |name: &str| last_header(headers, name);
+    let pushed = decoder.push(kafka_record(msg, &header)).await?;
+    Ok(pushed_rows(pushed, msg, telemetry))
+}
+
+/// [`push`] without a future, for a message whose schemas the decoder knows (see
+/// [`ChangeDecoder::try_push`]); None when it needs the registry, or fails (`push` then
+/// retries, or says why).
+pub(crate) fn try_push<R: SchemaResolver>(
+    decoder: &mut ChangeDecoder<R>,
+    msg: &BorrowedMessage<'_>,
+    telemetry: Option<&Telemetry>,
+) -> Option<Vec<ChangeBatch>> {
+    let headers = msg.headers();
+    let header = |name: &str| last_header(headers, name);
+    let pushed = decoder.try_push(kafka_record(msg, &header))?.ok()?;
+    Some(pushed_rows(pushed, msg, telemetry))
+}
+
+/// A header by name, with Kafka's lastHeader semantics, as Apicurio reads them.
+fn last_header<'h>(headers: Option<&'h BorrowedHeaders>, name: &str) -> Option<&'h [u8]> {
+    headers
+        .and_then(|hs| hs.iter().filter(|h| h.key == name).last())
+        .and_then(|h| h.value)
+}
+
+fn kafka_record<'m>(
+    msg: &'m BorrowedMessage<'_>,
+    headers: &'m dyn Fn(&str) -> Option<&'m [u8]>,
+) -> KafkaRecord<'m> {
+    KafkaRecord {
+        topic: msg.topic(),
+        partition: msg.partition(),
+        offset: msg.offset(),
+        timestamp: msg.timestamp().to_millis(),
+        key: msg.key(),
+        value: msg.payload(),
+        headers,
+    }
+}
+
+/// The rows a push completed; a record that is not a row is logged and counted.
+fn pushed_rows(
+    pushed: Pushed,
+    msg: &BorrowedMessage<'_>,
+    telemetry: Option<&Telemetry>,
+) -> Vec<ChangeBatch> {
     if let Some(kind) = pushed.non_data {
         debug!(
             topic = msg.topic(),
@@ -390,7 +420,7 @@ pub(crate) async fn push<R: SchemaResolver>(
                 .inc();
         }
     }
-    Ok(pushed.completed)
+    pushed.completed
 }
 
 /// Errors librdkafka recovers from by itself: a subscribed topic that does not exist yet

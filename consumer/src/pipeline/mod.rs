@@ -221,9 +221,14 @@ pub(crate) async fn run<R: SchemaResolver>(
                     if let Some(h) = &mut pending.headers {
                         h.record(&msg);
                     }
-                    pending.batches.extend(
-                        decode(&mut decoder, &msg, &telemetry, dead_letters.as_deref()).await?,
-                    );
+                    // Nearly every record: no future, whose state is moved on each call.
+                    let batches = match kafka::try_push(&mut decoder, &msg, Some(&telemetry)) {
+                        Some(batches) => batches,
+                        None => {
+                            decode(&mut decoder, &msg, &telemetry, dead_letters.as_deref()).await?
+                        }
+                    };
+                    pending.batches.extend(batches);
                     pending.consumed(msg.topic(), msg.partition(), msg.offset() + 1);
                     pending.records += 1;
                     match pending.counts.get_mut(msg.topic()) {

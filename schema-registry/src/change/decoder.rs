@@ -299,12 +299,16 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
     /// Decodes one record. Records of a partition must come in offset order. On error nothing
     /// of the record is kept and earlier rows stay intact.
     pub async fn push<'a>(&mut self, record: KafkaRecord<'a>) -> Result<Pushed, ChangeError> {
-        let at = |side| ChangeError::at(record, side);
+        if let Some(done) = self.try_push(record) {
+            return done;
+        }
         let (key, value) = match self.split_sides(record) {
             Ok(sides) => sides,
             // Signals are plain JSON that no format here decodes: looked for only on failure.
             Err(_) if is_signal(record.value) => {
-                return self.not_a_row(NonData::Signal).map_err(at(Side::Value));
+                return self
+                    .not_a_row(NonData::Signal)
+                    .map_err(ChangeError::at(record, Side::Value));
             }
             Err(e) => return Err(e),
         };
@@ -314,6 +318,67 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
         let (key_prepared, value_prepared) = self
             .prepare_sides(record, key.as_ref(), value.as_ref())
             .await?;
+        self.push_prepared(record, (key, key_prepared), (value, value_prepared))
+    }
+
+    /// [`push`](Self::push) for a record whose schemas are known and checked against its topic
+    /// (nearly every record), without a future: the registry is not asked, and a future's
+    /// state, kilobytes moved on each call, is not built. None when the record needs the
+    /// registry, or fails to split (the full path says why).
+    pub fn try_push(&mut self, record: KafkaRecord<'_>) -> Option<Result<Pushed, ChangeError>> {
+        let (key, value) = self.split_sides(record).ok()?;
+        let value_prepared = match &value {
+            Some(v) => Some(self.known(record.topic, Side::Value, v)?),
+            None => None,
+        };
+        let key_prepared = match &key {
+            Some(k) => Some(self.known(record.topic, Side::Key, k)?),
+            None => None,
+        };
+        if let (Some(k), Some(kp), Some(v), Some(vp)) =
+            (&key, &key_prepared, &value, &value_prepared)
+            && let Err(e) = check_key_fits_value(k, kp, v, vp)
+        {
+            return Some(Err(ChangeError::at(record, Side::Value)(e)));
+        }
+        self.cache.hits += u64::from(key_prepared.is_some()) + u64::from(value_prepared.is_some());
+        Some(self.push_prepared(record, (key, key_prepared), (value, value_prepared)))
+    }
+
+    /// A side's prepared schema, when it is cached and known to belong to `topic` (what
+    /// [`prepare_side`](Self::prepare_side) would find without the registry).
+    fn known(&mut self, topic: &str, side: Side, split: &Split<'_>) -> Option<Arc<Prepared>> {
+        let p = self.prepared.get(&split.schema)?.clone();
+        let checked = match split.schema {
+            SchemaRef::Id { .. } => {
+                !matches!(
+                    self.format,
+                    Format::Avro {
+                        check_artifacts: true,
+                        ..
+                    }
+                ) || p
+                    .belongs
+                    .get()
+                    .is_some_and(|(t, s)| *s == side && **t == *topic)
+                    || {
+                        let seen = (self.topic(topic), side, split.schema.clone());
+                        self.belongs.contains(&seen)
+                    }
+            }
+            _ => true,
+        };
+        checked.then_some(p)
+    }
+
+    /// The rest of a push, once both sides' schemas are prepared and checked.
+    fn push_prepared(
+        &mut self,
+        record: KafkaRecord<'_>,
+        (key, key_prepared): (Option<Split<'_>>, Option<Arc<Prepared>>),
+        (value, value_prepared): (Option<Split<'_>>, Option<Arc<Prepared>>),
+    ) -> Result<Pushed, ChangeError> {
+        let at = |side| ChangeError::at(record, side);
         let mut non_data = None;
         if let Some(p) = &value_prepared
             && let Err(kind) = p.shape

@@ -732,3 +732,37 @@ async fn a_key_of_another_kind_of_record_is_a_mismatch_not_a_skip() {
     assert_eq!(pushed.non_data, Some(NonData::Heartbeat));
     assert!(dec.finish_all().unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn the_sync_path_takes_only_schemas_known_to_belong_to_the_records_topic() {
+    let record = |topic, offset, key: &'static [u8], value: &'static [u8]| KafkaRecord {
+        topic,
+        partition: 3,
+        offset,
+        timestamp: Some(1_000 + offset),
+        key: Some(key),
+        value: Some(value),
+        headers: &|_: &str| None,
+    };
+    let key: &'static [u8] = key(1).leak();
+    let value: &'static [u8] = envelope(None, Some((1, "a")), "c").leak();
+    let mut dec = ChangeDecoder::new(wrong_space(), AVRO, 100);
+    // Nothing cached: the registry must be asked, so the future's path.
+    assert!(dec.try_push(record("t.public.x", 0, key, value)).is_none());
+    dec.push(record("t.public.x", 0, key, value)).await.unwrap();
+    let pushed = dec.try_push(record("t.public.x", 1, key, value));
+    assert_eq!(pushed.unwrap().unwrap().non_data, None);
+    assert_eq!(dec.cache_stats(), CacheStats { hits: 2, misses: 2 });
+    // The same schemas on a topic they are not registered for: not taken without the
+    // check, which then stops the record.
+    assert!(dec.try_push(record("t.public.y", 0, key, value)).is_none());
+    let err = dec
+        .push(record("t.public.y", 0, key, value))
+        .await
+        .unwrap_err();
+    assert!(matches!(&err.kind, ChangeErrorKind::Mismatch(_)), "{err}");
+    let batches = dec.finish_all().unwrap();
+    assert_eq!(batches.len(), 1);
+    assert_eq!(batches[0].rows.num_rows(), 2);
+    assert_eq!(ops(&batches[0]), ["c", "c"]);
+}
