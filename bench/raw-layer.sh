@@ -54,7 +54,10 @@ if [ -z "${BENCH_TOPIC:-}" ]; then
   mkdir -p "$CACHE/bench/topics"
   "$TARGET/release/examples/produce" "$TOPIC" "$PARTITIONS" "$RECORDS" "${shape_arg[@]}" | tee /dev/stderr \
     | awk '/^bytes / {print $2}' >"$CACHE/bench/topics/$TOPIC.bytes"
+  echo "$SHAPE" >"$CACHE/bench/topics/$TOPIC.shape"
 fi
+# For bench/summary.py: the shape the topic was produced with (narrow before it was kept).
+cat "$CACHE/bench/topics/$TOPIC.shape" 2>/dev/null >"$work/shape" || echo narrow >"$work/shape"
 
 # The bytes of the topic's keys and values as produced (the producer compresses with lz4, so
 # the broker's log is smaller), for MB/s: what the published S3 sink figures count. Kept beside

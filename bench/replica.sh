@@ -377,7 +377,10 @@ main() {
     local topic="bench-replica-$mode-$stamp"
     if [ -z "${STAMP:-}" ]; then
       say "producing $RECORDS $mode events to $topic ($PARTITIONS partitions)"
-      "$TARGET/release/examples/produce" "$topic" "$PARTITIONS" "$RECORDS" "$mode" >&2
+      # The bytes produced, kept beside the topic's name for MB/s (bench/summary.py).
+      mkdir -p "$CACHE/bench/topics"
+      "$TARGET/release/examples/produce" "$topic" "$PARTITIONS" "$RECORDS" "$mode" | tee /dev/stderr \
+        | awk '/^bytes / {print $2}' >"$CACHE/bench/topics/$topic.bytes"
     fi
     [ "${LAKESINK:-1}" = 0 ] || run_lakesink "$mode" "$topic"
     [ "${LAKE:-0}" = 0 ] || run_lake "$mode" "$topic"
