@@ -239,30 +239,13 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
         split: &Split<'_>,
         prepared: &Prepared,
     ) -> Result<(), ChangeErrorKind> {
+        if self.belongs_settled(topic, side, split, prepared) {
+            return Ok(());
+        }
         let SchemaRef::Id { kind, id } = split.schema else {
-            // Coordinates name their artifact themselves; inline schemas have none.
             return Ok(());
         };
-        if !matches!(
-            self.format,
-            Format::Avro {
-                check_artifacts: true,
-                ..
-            }
-        ) {
-            return Ok(());
-        }
-        if let Some((t, s)) = prepared.belongs.get()
-            && *s == side
-            && **t == *topic
-        {
-            return Ok(());
-        }
-        let topic = self.topic(topic);
-        let seen = (topic, side, split.schema.clone());
-        if self.belongs.contains(&seen) {
-            return Ok(());
-        }
+        let seen = (self.topic(topic), side, split.schema.clone());
         let name = prepared.name.as_deref();
         let fits = |r: &Registration| belongs_to(&seen.0, side, name, r);
         if let Some(registered) = self.resolver.registrations(&split.schema).await?
@@ -294,6 +277,37 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
         let _ = prepared.belongs.set((seen.0.clone(), side));
         self.belongs.insert(seen);
         Ok(())
+    }
+
+    /// Whether `side`'s schema needs no registry lookup to belong to `topic`: no check applies
+    /// (coordinates name their artifact themselves, inline schemas have none; the check can
+    /// be off), or it passed before.
+    fn belongs_settled(
+        &mut self,
+        topic: &str,
+        side: Side,
+        split: &Split<'_>,
+        prepared: &Prepared,
+    ) -> bool {
+        let checked = matches!(split.schema, SchemaRef::Id { .. })
+            && matches!(
+                self.format,
+                Format::Avro {
+                    check_artifacts: true,
+                    ..
+                }
+            );
+        if !checked {
+            return true;
+        }
+        if let Some((t, s)) = prepared.belongs.get()
+            && *s == side
+            && **t == *topic
+        {
+            return true;
+        }
+        let seen = (self.topic(topic), side, split.schema.clone());
+        self.belongs.contains(&seen)
     }
 
     /// Decodes one record. Records of a partition must come in offset order. On error nothing
@@ -349,26 +363,7 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
     /// [`prepare_side`](Self::prepare_side) would find without the registry).
     fn known(&mut self, topic: &str, side: Side, split: &Split<'_>) -> Option<Arc<Prepared>> {
         let p = self.prepared.get(&split.schema)?.clone();
-        let checked = match split.schema {
-            SchemaRef::Id { .. } => {
-                !matches!(
-                    self.format,
-                    Format::Avro {
-                        check_artifacts: true,
-                        ..
-                    }
-                ) || p
-                    .belongs
-                    .get()
-                    .is_some_and(|(t, s)| *s == side && **t == *topic)
-                    || {
-                        let seen = (self.topic(topic), side, split.schema.clone());
-                        self.belongs.contains(&seen)
-                    }
-            }
-            _ => true,
-        };
-        checked.then_some(p)
+        self.belongs_settled(topic, side, split, &p).then_some(p)
     }
 
     /// The rest of a push, once both sides' schemas are prepared and checked.

@@ -66,7 +66,7 @@ impl Settings {
                 rules: rotations(config),
                 tz,
             },
-            props: properties(config),
+            props: writer_properties(config.codec, config.row_group_rows),
             content: config.content,
             skip_tombstones: config.tombstones == Tombstones::Skip,
             with_headers: config.headers,
@@ -152,10 +152,6 @@ pub(crate) fn writer_properties(codec: Codec, row_group_rows: usize) -> WriterPr
         .set_column_dictionary_enabled(ColumnPath::from("__offset"), false)
         .set_column_dictionary_enabled(ColumnPath::from("__timestamp"), false)
         .build()
-}
-
-fn properties(config: &RawConfig) -> WriterProperties {
-    writer_properties(config.codec, config.row_group_rows)
 }
 
 pub struct ParquetWriter {
