@@ -85,7 +85,7 @@ impl DeadLetters {
     }
 
     /// Copies `msg` to the dead-letter topic and waits for the broker's acknowledgement.
-    pub(crate) async fn send<M: Message>(
+    pub(crate) async fn send<M: kafka::Incoming>(
         &self,
         msg: &M,
         stage: Stage,

@@ -12,8 +12,7 @@ use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Fields, Schema};
 use lakesink_schema_registry::ChangeBatch;
 use lakesink_writers::parquet::content::HEADERS;
-use rdkafka::Message;
-use rdkafka::message::{BorrowedMessage, Headers};
+use rdkafka::message::Headers;
 
 type Pairs = Vec<(String, Option<Vec<u8>>)>;
 
@@ -24,7 +23,7 @@ pub(crate) struct HeaderLog {
 
 impl HeaderLog {
     /// Keeps `msg`'s headers (records without any need no entry).
-    pub(crate) fn record(&mut self, msg: &BorrowedMessage<'_>) {
+    pub(crate) fn record<M: crate::kafka::Incoming>(&mut self, msg: &M) {
         let Some(hs) = msg.headers() else { return };
         let pairs: Pairs = hs
             .iter()

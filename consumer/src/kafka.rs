@@ -8,11 +8,12 @@ use lakesink_model::{Classify, Failure, Fault, System};
 use lakesink_schema_registry::{
     ChangeBatch, ChangeDecoder, KafkaRecord, NonData, Pushed, Route, Routes, SchemaResolver,
 };
+use rdkafka::Timestamp;
 use rdkafka::client::OAuthToken;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedHeaders, BorrowedMessage, Headers};
+use rdkafka::message::Headers;
 use rdkafka::statistics::Statistics;
 use rdkafka::{ClientConfig, ClientContext, Message};
 use tracing::{debug, error, info, warn};
@@ -345,48 +346,95 @@ pub(crate) fn routes(config: &NonDataConfig) -> Routes {
     routes
 }
 
+/// A consumed record as the decoding side reads it: a message of librdkafka's, or one copied
+/// out of it (the pipeline's chunks, which cannot implement rdkafka's `Message`: it has an
+/// unsafe method, and this crate forbids unsafe code).
+pub(crate) trait Incoming: Sync {
+    type Headers: Headers + Sync;
+    fn key(&self) -> Option<&[u8]>;
+    fn payload(&self) -> Option<&[u8]>;
+    fn topic(&self) -> &str;
+    fn partition(&self) -> i32;
+    fn offset(&self) -> i64;
+    fn timestamp(&self) -> Timestamp;
+    fn headers(&self) -> Option<&Self::Headers>;
+}
+
+impl<M: Message + Sync> Incoming for M
+where
+    M::Headers: Sync,
+{
+    type Headers = M::Headers;
+    fn key(&self) -> Option<&[u8]> {
+        Message::key(self)
+    }
+    fn payload(&self) -> Option<&[u8]> {
+        Message::payload(self)
+    }
+    fn topic(&self) -> &str {
+        Message::topic(self)
+    }
+    fn partition(&self) -> i32 {
+        Message::partition(self)
+    }
+    fn offset(&self) -> i64 {
+        Message::offset(self)
+    }
+    fn timestamp(&self) -> Timestamp {
+        Message::timestamp(self)
+    }
+    fn headers(&self) -> Option<&M::Headers> {
+        Message::headers(self)
+    }
+}
+
 /// Decodes one message; records that are not rows are counted, logged, and yield nothing
 /// unless their route keeps them.
-pub(crate) async fn push<R: SchemaResolver>(
+pub(crate) async fn push<R: SchemaResolver, M: Incoming>(
     decoder: &mut ChangeDecoder<R>,
-    msg: &BorrowedMessage<'_>,
+    msg: &M,
     telemetry: Option<&Telemetry>,
 ) -> Result<Vec<ChangeBatch>, lakesink_schema_registry::ChangeError> {
-    // Once per message: librdkafka re-parses an empty header block on every call (with an
-    // allocation each time), and framing asks for up to eight names.
     let headers = msg.headers();
     let header = |name: &str| last_header(headers, name);
-    let pushed = decoder.push(kafka_record(msg, &header)).await?;
+    let pushed = decoder
+        .push(kafka_record(msg, msg.topic(), &header))
+        .await?;
     Ok(pushed_rows(pushed, msg, telemetry))
 }
 
 /// [`push`] without a future, for a message whose schemas the decoder knows (see
 /// [`ChangeDecoder::try_push`]); None when it needs the registry, or fails (`push` then
-/// retries, or says why).
-pub(crate) fn try_push<R: SchemaResolver>(
+/// retries, or says why). `topic` is the message's, read once by the caller.
+pub(crate) fn try_push<R: SchemaResolver, M: Incoming>(
     decoder: &mut ChangeDecoder<R>,
-    msg: &BorrowedMessage<'_>,
+    msg: &M,
+    topic: &str,
     telemetry: Option<&Telemetry>,
 ) -> Option<Vec<ChangeBatch>> {
     let headers = msg.headers();
     let header = |name: &str| last_header(headers, name);
-    let pushed = decoder.try_push(kafka_record(msg, &header))?.ok()?;
+    let pushed = decoder.try_push(kafka_record(msg, topic, &header))?.ok()?;
     Some(pushed_rows(pushed, msg, telemetry))
 }
 
 /// A header by name, with Kafka's lastHeader semantics, as Apicurio reads them.
-fn last_header<'h>(headers: Option<&'h BorrowedHeaders>, name: &str) -> Option<&'h [u8]> {
-    headers
-        .and_then(|hs| hs.iter().filter(|h| h.key == name).last())
+fn last_header<'h, H: Headers>(headers: Option<&'h H>, name: &str) -> Option<&'h [u8]> {
+    let hs = headers?;
+    (0..hs.count())
+        .rev()
+        .filter_map(|i| hs.try_get(i))
+        .find(|h| h.key == name)
         .and_then(|h| h.value)
 }
 
-fn kafka_record<'m>(
-    msg: &'m BorrowedMessage<'_>,
-    headers: &'m dyn Fn(&str) -> Option<&'m [u8]>,
+fn kafka_record<'m, M: Incoming>(
+    msg: &'m M,
+    topic: &'m str,
+    headers: &'m (dyn Fn(&str) -> Option<&'m [u8]> + Sync),
 ) -> KafkaRecord<'m> {
     KafkaRecord {
-        topic: msg.topic(),
+        topic,
         partition: msg.partition(),
         offset: msg.offset(),
         timestamp: msg.timestamp().to_millis(),
@@ -397,9 +445,9 @@ fn kafka_record<'m>(
 }
 
 /// The rows a push completed; a record that is not a row is logged and counted.
-fn pushed_rows(
+fn pushed_rows<M: Incoming>(
     pushed: Pushed,
-    msg: &BorrowedMessage<'_>,
+    msg: &M,
     telemetry: Option<&Telemetry>,
 ) -> Vec<ChangeBatch> {
     if let Some(kind) = pushed.non_data {

@@ -1,12 +1,14 @@
 //! The main job: one consumer group, each record decoded once, batches fanned out to the raw
-//! layer and the replica. This task consumes and decodes; the sinks run on their own task
-//! ([`crate::sinks`]), fed through a bounded channel, so the two use separate cores. Offsets
-//! are stored per partition at the watermark: the first offset not yet durable (still in the
-//! decoder, in a file not yet uploaded, or in a transaction not yet committed). Kafka's
-//! auto-commit commits what was stored; shutdown drains the sinks, then commits.
+//! layer and the replica. Three tasks, so that a record's stages run on separate cores: this
+//! one consumes and copies records into chunks; the decoding side ([`decoding`]) decodes
+//! them and sends the batches on; the sinks ([`crate::sinks`]) write them. Each hands over
+//! through a bounded channel, in consumption order. Offsets are stored per partition at the
+//! watermark: the first offset not yet durable (still being decoded, in a file not yet
+//! uploaded, or in a transaction not yet committed). Kafka's auto-commit commits what was
+//! stored; shutdown drains the decoding side and the sinks, then commits.
 
 // Per-record lookups: foldhash, not SipHash (keys are our own topic names and partitions).
-use foldhash::HashMap;
+use foldhash::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,12 +31,20 @@ use crate::kafka::{self, calls};
 use crate::offsets;
 use crate::sinks::{self, Control, ToSinks};
 use crate::telemetry::{Component, Telemetry};
-use pending::{BATCH_ROWS, FLUSH_IDLE, FLUSH_RECORDS, Pending, decode, hand_over};
+use chunk::Chunk;
+use decoding::{Decoding, ToDecoder};
+use pending::{BATCH_ROWS, Pending};
 
+mod chunk;
+mod decoding;
 mod pending;
+#[cfg(test)]
+mod tests;
 
-/// Items in flight between the two sides (each up to FLUSH_RECORDS records).
+/// Items in flight to the sinks (each up to FLUSH_RECORDS records).
 const CHANNEL_ITEMS: usize = 2;
+/// Items in flight to the decoding side (a chunk is up to CHUNK_RECORDS records).
+const DECODER_ITEMS: usize = 4;
 /// Records taken in a row without looking at signals, the sinks and the idle timer.
 const STREAK: usize = 256;
 /// How the consumer waits after an error librdkafka recovers from by itself (brokers out of
@@ -53,8 +63,113 @@ struct Resumer {
     resume: Arc<dyn Resume>,
 }
 
+/// A later stage ended, so an earlier one could not hand over: it has nothing to say of its
+/// own, and the later stage's outcome is the one reported.
+#[derive(Debug)]
+struct Stopped(&'static str);
+
+impl std::fmt::Display for Stopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the {} stopped", self.0)
+    }
+}
+
+impl std::error::Error for Stopped {}
+
+/// Why the consuming loop ended before a signal: a later stage's task finished.
+enum Ended {
+    Decoding(anyhow::Result<()>),
+    Sinks(anyhow::Result<()>),
+}
+
+/// The consuming side's part: which partitions started, and the chunk being filled.
+struct Feed {
+    /// Partitions whose first record was seen since assignment.
+    started: HashMap<Arc<str>, HashSet<i32>>,
+    /// The partition of the last record taken (started): records come in runs of one.
+    last: Option<(Arc<str>, i32)>,
+    chunk: Chunk,
+    /// Chunks the decoding side emptied, to fill again.
+    spare: mpsc::UnboundedReceiver<Chunk>,
+    tx: mpsc::Sender<ToDecoder>,
+}
+
+impl Feed {
+    fn is_started(&self, topic: &str, partition: i32) -> bool {
+        self.started
+            .get(topic)
+            .is_some_and(|p| p.contains(&partition))
+    }
+
+    /// Marks a partition started; its topic's name as the feed holds it.
+    fn start(&mut self, topic: &str, partition: i32) -> Arc<str> {
+        if let Some(parts) = self.started.get_mut(topic) {
+            parts.insert(partition);
+        } else {
+            self.started.insert(Arc::from(topic), HashSet::default());
+            return self.start(topic, partition);
+        }
+        match self.started.get_key_value(topic) {
+            Some((t, _)) => t.clone(),
+            None => Arc::from(topic),
+        }
+    }
+
+    fn forget(&mut self, part: &TopicPartition) {
+        if let Some(p) = self.started.get_mut(&*part.topic) {
+            p.remove(&part.partition);
+        }
+        self.last = None;
+    }
+
+    /// Copies `msg` into the chunk, or says its partition has not started (false). `topic`
+    /// is `msg`'s: rdkafka's `topic()` measures and checks the name on each call.
+    fn take(&mut self, msg: &impl Message, topic: &str) -> bool {
+        let partition = msg.partition();
+        let known = self
+            .last
+            .as_ref()
+            .is_some_and(|(t, p)| *p == partition && **t == *topic);
+        if !known {
+            let Some((t, parts)) = self.started.get_key_value(topic) else {
+                return false;
+            };
+            if !parts.contains(&partition) {
+                return false;
+            }
+            self.last = Some((t.clone(), partition));
+        }
+        if let Some((t, _)) = &self.last {
+            self.chunk.push(msg, t);
+        }
+        true
+    }
+
+    /// Sends the chunk, if it holds records, to the decoding side.
+    async fn flush(&mut self) -> anyhow::Result<()> {
+        if self.chunk.is_empty() {
+            return Ok(());
+        }
+        let next = self.spare.try_recv().unwrap_or_default();
+        let chunk = std::mem::replace(&mut self.chunk, next);
+        self.tx
+            .send(ToDecoder::Records(chunk))
+            .await
+            .map_err(|_| Stopped("decoding side").into())
+    }
+
+    /// Sends `item` after the records taken before it.
+    async fn send(&mut self, item: ToDecoder) -> anyhow::Result<()> {
+        self.flush().await?;
+        self.tx
+            .send(item)
+            .await
+            .map_err(|_| Stopped("decoding side").into())
+    }
+}
+
 /// Runs until SIGINT/SIGTERM or an error that retrying cannot fix.
-pub(crate) async fn run<R: SchemaResolver>(
+pub(crate) async fn run<R: SchemaResolver + 'static>(
     config: &KafkaConfig,
     (consumer, revoked): (kafka::GroupConsumer, kafka::Revoked),
     resolver: R,
@@ -83,18 +198,26 @@ pub(crate) async fn run<R: SchemaResolver>(
         (control_tx, offsets),
         telemetry.clone(),
     ));
-    let mut decoder = ChangeDecoder::new(resolver, format, BATCH_ROWS)
-        .with_routes(kafka::routes(&config.non_data))
-        .with_source_connector(config.source_connector.clone());
-    let mut pending = Pending {
-        headers: with_headers.then(HeaderLog::default),
-        columns,
-        ..Pending::default()
+    let decoding = Decoding {
+        decoder: ChangeDecoder::new(resolver, format, BATCH_ROWS)
+            .with_routes(kafka::routes(&config.non_data))
+            .with_source_connector(config.source_connector.clone()),
+        pending: Pending::new(with_headers.then(HeaderLog::default), columns),
+        telemetry: telemetry.clone(),
+        dead_letters,
+    };
+    let (decoder_tx, decoder_rx) = mpsc::channel(DECODER_ITEMS);
+    let (spare_tx, spare_rx) = mpsc::unbounded_channel();
+    let mut decoding_task = tokio::spawn(decoding::run(decoding, decoder_rx, spare_tx, tx));
+    let mut feed = Feed {
+        started: HashMap::default(),
+        last: None,
+        chunk: Chunk::default(),
+        spare: spare_rx,
+        tx: decoder_tx,
     };
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    let mut idle = tokio::time::interval(FLUSH_IDLE);
-    idle.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut streak = 0;
     // Kafka's errors: the waits after them, whether the ones queued meanwhile are being
     // drained (no wait each), whether any came since the last record.
@@ -102,30 +225,18 @@ pub(crate) async fn run<R: SchemaResolver>(
     let mut draining = false;
     let mut erring = false;
     let mut told_no_topic = false;
-    let outcome: anyhow::Result<Option<anyhow::Result<()>>> = async {
+    let outcome: anyhow::Result<Option<Ended>> = async {
         loop {
             let parts = revoked.take();
             if !parts.is_empty() {
                 for part in &parts {
-                    decoder
-                        .finish_partition(&part.topic, part.partition)
-                        .map_err(Failure::new)?;
-                    pending.forget(part);
+                    feed.forget(part);
                 }
                 calls::resume_revoked(&consumer, &mut paused, &parts);
-                send(&tx, ToSinks::Revoked(parts)).await?;
+                feed.send(ToDecoder::Revoked(parts)).await?;
             }
             while let Ok(c) = control_rx.try_recv() {
-                control(
-                    c,
-                    &consumer,
-                    &mut paused,
-                    &mut decoder,
-                    &mut pending,
-                    &tx,
-                    &telemetry,
-                )
-                .await?;
+                control(c, &consumer, &mut paused, &mut feed).await?;
             }
             // While records are ready, take them without the select: polling the signals and
             // the timer for each record cost the consuming thread a tenth of its time. The
@@ -148,19 +259,19 @@ pub(crate) async fn run<R: SchemaResolver>(
                     shutdown_deadline(shutdown_timeout);
                     break;
                 }
-                // The sinks stop on their own only on an error.
-                done = &mut sink_task => return Ok(Some(flatten(done))),
-                // Whatever was decoded goes to the sinks at least this often.
-                _ = idle.tick() => {
-                    hand_over(&mut decoder, &mut pending, &tx, &telemetry).await?;
-                    continue;
-                }
+                // The later stages stop on their own only on an error.
+                done = &mut decoding_task => return Ok(Some(Ended::Decoding(flatten(done, "decoding")))),
+                done = &mut sink_task => return Ok(Some(Ended::Sinks(flatten(done, "sink")))),
                 Some(c) = control_rx.recv() => {
-                    control(c, &consumer, &mut paused, &mut decoder, &mut pending, &tx, &telemetry)
-                        .await?;
+                    control(c, &consumer, &mut paused, &mut feed).await?;
                     continue;
                 }
                 next = consumer.recv() => next,
+                // No record is ready: the chunk goes now, not once the next record comes.
+                _ = std::future::ready(()), if !feed.chunk.is_empty() => {
+                    feed.flush().await?;
+                    continue;
+                }
                 }
             };
             match next {
@@ -177,7 +288,7 @@ pub(crate) async fn run<R: SchemaResolver>(
                         None => debug!(error = %e, "consumer: waiting"),
                     }
                     if !draining {
-                        hand_over(&mut decoder, &mut pending, &tx, &telemetry).await?;
+                        feed.flush().await?;
                         telemetry.metrics.retry(Component::Kafka.as_str());
                         let wait = waits
                             .get_or_insert_with(|| KAFKA_WAIT.delays())
@@ -189,7 +300,8 @@ pub(crate) async fn run<R: SchemaResolver>(
                                 shutdown_deadline(shutdown_timeout);
                                 break;
                             }
-                            done = &mut sink_task => return Ok(Some(flatten(done))),
+                            done = &mut decoding_task => return Ok(Some(Ended::Decoding(flatten(done, "decoding")))),
+                            done = &mut sink_task => return Ok(Some(Ended::Sinks(flatten(done, "sink")))),
                             _ = tokio::time::sleep(wait) => {}
                         }
                         // What was reported meanwhile is read at once.
@@ -203,69 +315,87 @@ pub(crate) async fn run<R: SchemaResolver>(
                         waits = None;
                         telemetry.brokers.reachable();
                     }
-                    if !pending.is_started(msg.topic(), msg.partition()) {
-                        let part = TopicPartition::new(msg.topic(), msg.partition());
-                        pending
-                            .started
-                            .entry(msg.topic().to_owned())
-                            .or_default()
-                            .insert(part.partition);
-                        let seek = start(&consumer, &resumers, &part, msg.offset(), &tx).await?;
+                    let topic = msg.topic();
+                    if !feed.take(&msg, topic) {
+                        let part = TopicPartition::new(feed.start(topic, msg.partition()), msg.partition());
+                        let seek = start(&consumer, &resumers, &part, msg.offset(), &mut feed).await?;
                         if let Some(to) = seek {
                             calls::seek(&consumer, &part, to)
                                 .map_err(kafka::failure)
                                 .with_context(|| format!("seeking {part} to {to}"))?;
                             continue;
                         }
+                        feed.take(&msg, topic);
                     }
-                    if let Some(h) = &mut pending.headers {
-                        h.record(&msg);
-                    }
-                    // Nearly every record: no future, whose state is moved on each call.
-                    let batches = match kafka::try_push(&mut decoder, &msg, Some(&telemetry)) {
-                        Some(batches) => batches,
-                        None => {
-                            decode(&mut decoder, &msg, &telemetry, dead_letters.as_deref()).await?
-                        }
-                    };
-                    pending.batches.extend(batches);
-                    pending.consumed(msg.topic(), msg.partition(), msg.offset() + 1);
-                    pending.records += 1;
-                    match pending.counts.get_mut(msg.topic()) {
-                        Some(n) => *n += 1,
-                        None => {
-                            pending.counts.insert(msg.topic().to_owned(), 1);
-                        }
-                    }
-                    if pending.records >= FLUSH_RECORDS {
-                        hand_over(&mut decoder, &mut pending, &tx, &telemetry).await?;
+                    if feed.chunk.is_full() {
+                        feed.flush().await?;
                     }
                 }
             }
         }
-        hand_over(&mut decoder, &mut pending, &tx, &telemetry).await?;
-        send(&tx, ToSinks::Stop).await?;
+        feed.send(ToDecoder::Stop).await?;
         Ok(None)
     }
     .await;
-    drop(tx);
-    // The sinks finish what they hold (or say why they failed) before anything is committed.
-    let sinks_done = match &outcome {
-        Ok(Some(_)) => None,
-        _ => Some(flatten(sink_task.await)),
+    // The decoding side ends once the feed is gone: after Stop, or at once without it.
+    drop(feed);
+    // The later stages finish what they hold (or say why they failed) before anything is
+    // committed.
+    let (consumed, decoded, sunk) = match outcome {
+        Ok(None) => (
+            Ok(()),
+            flatten(decoding_task.await, "decoding"),
+            flatten(sink_task.await, "sink"),
+        ),
+        Ok(Some(Ended::Decoding(d))) => (
+            Err(Stopped("decoding side").into()),
+            d,
+            flatten(sink_task.await, "sink"),
+        ),
+        Ok(Some(Ended::Sinks(s))) => (
+            Err(Stopped("sinks").into()),
+            flatten(decoding_task.await, "decoding"),
+            s,
+        ),
+        Err(e) => (
+            Err(e),
+            flatten(decoding_task.await, "decoding"),
+            flatten(sink_task.await, "sink"),
+        ),
     };
-    match (outcome, sinks_done) {
-        (Ok(Some(sinks)), _) => sinks.and(Err(anyhow::anyhow!("the sinks stopped"))),
-        (Err(e), Some(Err(sinks))) => {
-            Err(sinks.context(format!("after the consumer failed: {e:#}")))
-        }
-        (Err(e), _) => Err(e),
-        (Ok(None), Some(sinks)) => sinks,
-        (Ok(None), None) => Ok(()),
-    }?;
+    settle([
+        ("consumer", consumed),
+        ("decoding side", decoded),
+        ("sinks", sunk),
+    ])?;
     calls::commit_final(&consumer)
         .map_err(kafka::failure)
         .context("committing offsets on shutdown")
+}
+
+/// The pipeline's outcome from its stages', in pipeline order. A stage that could not hand
+/// over because a later one ended ([`Stopped`]) has nothing of its own to say. Of the others,
+/// the latest stage's error is reported, with the earlier ones' as context; if none has one
+/// but a stage was stopped, the later stage ended on its own, which is an error too.
+fn settle(stages: [(&str, anyhow::Result<()>); 3]) -> anyhow::Result<()> {
+    let mut failed: Option<(&str, anyhow::Error)> = None;
+    let mut stopped = None;
+    for (name, outcome) in stages {
+        let Err(e) = outcome else { continue };
+        if e.downcast_ref::<Stopped>().is_some() {
+            stopped.get_or_insert(e);
+            continue;
+        }
+        let e = match failed {
+            None => e,
+            Some((before, earlier)) => e.context(format!("after the {before} failed: {earlier:#}")),
+        };
+        failed = Some((name, e));
+    }
+    match (failed, stopped) {
+        (Some((_, e)), _) | (None, Some(e)) => Err(e),
+        (None, None) => Ok(()),
+    }
 }
 
 /// SIGINT or SIGTERM.
@@ -283,9 +413,12 @@ fn subscription(config: &KafkaConfig) -> String {
     }
 }
 
-fn flatten(done: Result<anyhow::Result<()>, tokio::task::JoinError>) -> anyhow::Result<()> {
+fn flatten(
+    done: Result<anyhow::Result<()>, tokio::task::JoinError>,
+    task: &str,
+) -> anyhow::Result<()> {
     done.map_err(|e| Failure::with_fault(None, Fault::Bug, e))
-        .context("the sink task failed")?
+        .with_context(|| format!("the {task} task failed"))?
 }
 
 /// On a partition's first record (`first`, the group's committed offset): where each sink
@@ -296,7 +429,7 @@ async fn start(
     resumers: &[Resumer],
     part: &TopicPartition,
     first: i64,
-    tx: &mpsc::Sender<ToSinks>,
+    feed: &mut Feed,
 ) -> anyhow::Result<Option<i64>> {
     let metadata = match resumers.iter().any(|r| r.mark) {
         true => calls::committed_metadata(consumer, part).await,
@@ -311,47 +444,39 @@ async fn start(
         held.push(r.resume.held(part, first, mark).await?);
     }
     let decided = offsets::resume(first, &held);
-    send(
-        tx,
-        ToSinks::Started {
-            part: part.clone(),
-            floors: decided.floors,
-        },
-    )
+    feed.send(ToDecoder::Started {
+        part: part.clone(),
+        floors: decided.floors,
+    })
     .await?;
     Ok(decided.seek)
 }
 
 /// What the sink side asked for.
-async fn control<R: SchemaResolver>(
+async fn control(
     c: Control,
     consumer: &kafka::GroupConsumer,
     paused: &mut std::collections::HashSet<TopicPartition>,
-    decoder: &mut ChangeDecoder<R>,
-    pending: &mut Pending,
-    tx: &mpsc::Sender<ToSinks>,
-    telemetry: &Telemetry,
+    feed: &mut Feed,
 ) -> anyhow::Result<()> {
     match c {
         Control::Pause { parts, by } => calls::set_paused(consumer, paused, parts, &by),
-        Control::ReadAgain(due) => rewind(consumer, decoder, pending, tx, telemetry, due).await?,
+        Control::ReadAgain(due) => rewind(consumer, feed, due).await?,
     }
     Ok(())
 }
 
-/// Reads partitions again from the offsets the sinks asked for: what was consumed before goes
-/// to the sinks first, so that [`ToSinks::Rewound`] separates the two readings. A seek only ever
-/// goes back: when the consumer is not past the offset asked for (two requests, one answered
-/// already), it goes on from where it is, and the sinks are told that point.
-async fn rewind<R: SchemaResolver>(
+/// Reads partitions again from the offsets the sinks asked for. What was consumed before
+/// reaches the sinks first: the decoding side hands it over before it passes on
+/// [`ToDecoder::Rewound`], which separates the two readings. A seek only ever goes back: when
+/// the consumer is not past the offset asked for (two requests, one answered already), it
+/// goes on from where it is, and the sinks are told that point.
+async fn rewind(
     consumer: &kafka::GroupConsumer,
-    decoder: &mut ChangeDecoder<R>,
-    pending: &mut Pending,
-    tx: &mpsc::Sender<ToSinks>,
-    telemetry: &Telemetry,
+    feed: &mut Feed,
     due: Vec<(TopicPartition, i64)>,
 ) -> anyhow::Result<()> {
-    hand_over(decoder, pending, tx, telemetry).await?;
+    feed.flush().await?;
     // One seek per partition, to the earliest offset asked for.
     let mut earliest: HashMap<TopicPartition, i64> = HashMap::default();
     for (part, from) in due {
@@ -361,7 +486,7 @@ async fn rewind<R: SchemaResolver>(
     let positions = calls::positions(consumer);
     for (part, from) in earliest {
         // Revoked meanwhile: the sinks forgot it, and its new reading starts on its own.
-        if !pending.is_started(&part.topic, part.partition) {
+        if !feed.is_started(&part.topic, part.partition) {
             continue;
         }
         let at = positions
@@ -372,25 +497,30 @@ async fn rewind<R: SchemaResolver>(
                 _ => None,
             });
         if let Some(at) = at.filter(|&at| at <= from) {
-            send(tx, ToSinks::Rewound(part, at)).await?;
+            feed.send(ToDecoder::Rewound {
+                part,
+                at,
+                sought: false,
+            })
+            .await?;
             continue;
-        }
-        if let Some(h) = &mut pending.headers {
-            h.forget(&part.topic, part.partition);
         }
         calls::seek(consumer, &part, from)
             .map_err(kafka::failure)
             .with_context(|| format!("seeking {part} back to {from}"))?;
-        send(tx, ToSinks::Rewound(part, from)).await?;
+        feed.send(ToDecoder::Rewound {
+            part,
+            at: from,
+            sought: true,
+        })
+        .await?;
     }
     Ok(())
 }
 
 async fn send(tx: &mpsc::Sender<ToSinks>, item: ToSinks) -> anyhow::Result<()> {
-    // A closed channel means the sink task ended; its own error is reported by the caller.
-    tx.send(item)
-        .await
-        .map_err(|_| anyhow::anyhow!("the sinks stopped"))
+    // A closed channel means the sink task ended; its own outcome is reported (settle).
+    tx.send(item).await.map_err(|_| Stopped("sinks").into())
 }
 
 /// After the first SIGTERM or SIGINT the pipeline flushes and commits; this bounds how long.

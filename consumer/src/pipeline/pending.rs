@@ -2,15 +2,13 @@
 //! message (retried while the registry is unreachable; bad records to the dead-letter topic).
 
 // Per-record lookups: foldhash, not SipHash (keys are our own topic names and partitions).
-use foldhash::{HashMap, HashSet};
+use foldhash::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use lakesink_model::{Backoff, Classify, Failure, Fault, Retry};
 use lakesink_schema_registry::{ChangeBatch, ChangeDecoder, SchemaResolver};
 use lakesink_writers::sink::TopicPartition;
-use rdkafka::Message;
-use rdkafka::message::BorrowedMessage;
 use tokio::sync::mpsc;
 use tracing::warn;
 
@@ -35,44 +33,73 @@ pub(super) const BATCH_ROWS: usize = 4096;
 #[derive(Default)]
 pub(super) struct Pending {
     pub(super) batches: Vec<ChangeBatch>,
-    pub(super) consumed: HashMap<String, HashMap<i32, i64>>,
+    /// Per partition, the offset after the last record consumed (the run's not yet in).
+    consumed: HashMap<Arc<str>, HashMap<i32, i64>>,
     pub(super) records: usize,
-    /// Partitions whose first record was seen since assignment.
-    pub(super) started: HashMap<String, HashSet<i32>>,
     /// Records read per topic since the last hand-over, for the metrics.
-    pub(super) counts: HashMap<String, u64>,
+    counts: HashMap<Arc<str>, u64>,
+    /// The partition the latest records came from. Records come in runs of one partition
+    /// (a fetch's worth), so the maps above are updated once a run, not once a record.
+    run: Option<Run>,
     /// Kafka headers, kept for the raw layer's `__headers` column when it is on.
     pub(super) headers: Option<HeaderLog>,
     /// The `[[columns]]` policies, applied to every batch before the sinks see it.
     pub(super) columns: Option<Arc<Columns>>,
 }
 
+/// Consecutive records of one started partition, not yet in [`Pending`]'s maps.
+struct Run {
+    topic: Arc<str>,
+    partition: i32,
+    next: i64,
+    records: u64,
+}
+
 impl Pending {
-    pub(super) fn is_started(&self, topic: &str, partition: i32) -> bool {
-        self.started
-            .get(topic)
-            .is_some_and(|p| p.contains(&partition))
+    pub(super) fn new(headers: Option<HeaderLog>, columns: Option<Arc<Columns>>) -> Self {
+        Self {
+            headers,
+            columns,
+            ..Self::default()
+        }
     }
 
-    pub(super) fn consumed(&mut self, topic: &str, partition: i32, next: i64) {
-        match self.consumed.get_mut(topic) {
-            Some(parts) => {
-                parts.insert(partition, next);
-            }
-            None => {
-                self.consumed
-                    .insert(topic.to_owned(), [(partition, next)].into_iter().collect());
-            }
+    /// One record consumed: `next` is the offset after it.
+    pub(super) fn consumed(&mut self, topic: &Arc<str>, partition: i32, next: i64) {
+        self.records += 1;
+        if let Some(r) = &mut self.run
+            && r.partition == partition
+            && (Arc::ptr_eq(&r.topic, topic) || r.topic == *topic)
+        {
+            r.next = next;
+            r.records += 1;
+            return;
         }
+        self.end_run();
+        self.run = Some(Run {
+            topic: topic.clone(),
+            partition,
+            next,
+            records: 1,
+        });
+    }
+
+    /// The run's records into the maps.
+    fn end_run(&mut self) {
+        let Some(r) = self.run.take() else { return };
+        *self.counts.entry(r.topic.clone()).or_default() += r.records;
+        self.consumed
+            .entry(r.topic)
+            .or_default()
+            .insert(r.partition, r.next);
     }
 
     pub(super) fn forget(&mut self, part: &TopicPartition) {
+        // Its records were read (the metrics count them), though their offsets are dropped.
+        self.end_run();
         self.batches
             .retain(|b| !(b.topic == part.topic && b.partition == part.partition));
         if let Some(p) = self.consumed.get_mut(&*part.topic) {
-            p.remove(&part.partition);
-        }
-        if let Some(p) = self.started.get_mut(&*part.topic) {
             p.remove(&part.partition);
         }
         if let Some(h) = &mut self.headers {
@@ -91,6 +118,7 @@ pub(super) async fn hand_over<R: SchemaResolver>(
     pending
         .batches
         .extend(decoder.finish_all().map_err(Failure::new)?);
+    pending.end_run();
     pending.records = 0;
     if let Some(c) = &pending.columns {
         pending.batches = std::mem::take(&mut pending.batches)
@@ -114,7 +142,7 @@ pub(super) async fn hand_over<R: SchemaResolver>(
     for (topic, n) in pending.counts.iter_mut().filter(|(_, n)| **n > 0) {
         m.consumed
             .get_or_create(&TopicLabels {
-                topic: topic.clone(),
+                topic: topic.to_string(),
             })
             .inc_by(std::mem::take(n));
     }
@@ -132,7 +160,6 @@ pub(super) async fn hand_over<R: SchemaResolver>(
             .consumed
             .drain()
             .flat_map(|(topic, parts)| {
-                let topic: Arc<str> = Arc::from(topic);
                 parts
                     .into_iter()
                     .map(move |(p, o)| (TopicPartition::new(topic.clone(), p), o))
@@ -143,9 +170,9 @@ pub(super) async fn hand_over<R: SchemaResolver>(
 }
 
 /// Decodes a message, retrying while the registry is unreachable.
-pub(super) async fn decode<R: SchemaResolver>(
+pub(super) async fn decode<R: SchemaResolver, M: kafka::Incoming>(
     decoder: &mut ChangeDecoder<R>,
-    msg: &BorrowedMessage<'_>,
+    msg: &M,
     telemetry: &Telemetry,
     dead_letters: Option<&DeadLetters>,
 ) -> anyhow::Result<Vec<ChangeBatch>> {
@@ -193,5 +220,66 @@ pub(super) async fn decode<R: SchemaResolver>(
             }
             Err(e) => return Err(Failure::new(e).into()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offsets(p: &Pending) -> Vec<(String, i32, i64)> {
+        let mut v: Vec<_> = p
+            .consumed
+            .iter()
+            .flat_map(|(t, parts)| parts.iter().map(|(&p, &o)| (t.to_string(), p, o)))
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn runs_of_partitions_end_in_the_maps_with_every_record_counted() {
+        let mut p = Pending::default();
+        let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
+        // The same name in another allocation is the same topic.
+        let a_again: Arc<str> = Arc::from("a");
+        // Interleaved runs, one of a single record, and a partition run twice.
+        for (topic, part, offset) in [
+            (&a, 0, 10),
+            (&a_again, 0, 11),
+            (&a, 1, 5),
+            (&b, 0, 7),
+            (&b, 0, 8),
+            (&b, 0, 9),
+            (&a, 0, 12),
+        ] {
+            p.consumed(topic, part, offset + 1);
+        }
+        assert_eq!(p.records, 7);
+        p.end_run();
+        assert!(p.run.is_none());
+        assert_eq!(
+            offsets(&p),
+            [("a".into(), 0, 13), ("a".into(), 1, 6), ("b".into(), 0, 10)]
+        );
+        assert_eq!(p.counts.get("a"), Some(&4));
+        assert_eq!(p.counts.get("b"), Some(&3));
+    }
+
+    #[test]
+    fn a_partition_forgotten_mid_run_keeps_no_offset_but_its_count() {
+        let mut p = Pending::default();
+        let a: Arc<str> = Arc::from("a");
+        p.consumed(&a, 1, 4);
+        p.consumed(&a, 0, 21);
+        p.consumed(&a, 0, 22);
+        p.forget(&TopicPartition::new("a", 0));
+        assert!(p.run.is_none());
+        assert_eq!(offsets(&p), [("a".into(), 1, 4)]);
+        assert_eq!(p.counts.get("a"), Some(&3));
+        // Assigned again: its new reading starts over.
+        p.consumed(&a, 0, 3);
+        p.end_run();
+        assert_eq!(offsets(&p), [("a".into(), 0, 3), ("a".into(), 1, 4)]);
     }
 }

@@ -81,6 +81,7 @@ pub struct ChangeDecoder<R> {
     open: HashMap<(Arc<str>, i32), Open>,
     /// Topic names seen, so a record costs no string allocation.
     topics: HashSet<Arc<str>>,
+    last_topic: Option<Arc<str>>,
     /// Decoders of closed batches, by schema, for the next batch of that schema: building one
     /// means compiling the schema again, and batches close every few hundred rows.
     pub(super) spare: HashMap<SchemaRef, Vec<AvroBatchDecoder>>,
@@ -116,6 +117,7 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
             prepared: HashMap::default(),
             open: HashMap::default(),
             topics: HashSet::default(),
+            last_topic: None,
             spare: HashMap::default(),
             ready: Vec::new(),
             cache: CacheStats::default(),
@@ -187,11 +189,21 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
     }
 
     fn topic(&mut self, topic: &str) -> Arc<str> {
-        if let Some(t) = self.topics.get(topic) {
+        // Records come in runs of one partition: the last name asked for, without hashing.
+        if let Some(t) = &self.last_topic
+            && **t == *topic
+        {
             return t.clone();
         }
-        let t: Arc<str> = Arc::from(topic);
-        self.topics.insert(t.clone());
+        let t = match self.topics.get(topic) {
+            Some(t) => t.clone(),
+            None => {
+                let t: Arc<str> = Arc::from(topic);
+                self.topics.insert(t.clone());
+                t
+            }
+        };
+        self.last_topic = Some(t.clone());
         t
     }
 
@@ -392,6 +404,20 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
         }
 
         let part = (self.topic(record.topic), record.partition);
+        // Nearly every record joins its partition's open batch: one lookup.
+        if let Some(open) = self.open.get_mut(&part)
+            && open.joins(
+                self.batch_rows,
+                key.as_ref().map(|k| &k.schema),
+                value.as_ref().map(|v| &v.schema),
+            )
+        {
+            open.push_row(record, key.as_ref(), value.as_ref())?;
+            return Ok(Pushed {
+                completed: std::mem::take(&mut self.ready),
+                non_data,
+            });
+        }
         let key_schema = key.as_ref().map(|k| k.schema.clone());
         let value_schema = value.as_ref().map(|v| v.schema.clone());
         self.close_unless_joined(&part, key_schema.as_ref(), value_schema.as_ref())

@@ -33,7 +33,8 @@ pub struct KafkaRecord<'a> {
     pub key: Option<&'a [u8]>,
     pub value: Option<&'a [u8]>,
     /// Header lookup by name, last value wins.
-    pub headers: &'a dyn Fn(&str) -> Option<&'a [u8]>,
+    /// Sync, so that a decode can be awaited on any thread.
+    pub headers: &'a (dyn Fn(&str) -> Option<&'a [u8]> + Sync),
 }
 
 /// What the value of a batch's records is.
