@@ -4,6 +4,7 @@
 //! reading again). This side decodes, and it alone sends to the sinks.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use lakesink_model::Failure;
 use lakesink_schema_registry::{ChangeDecoder, SchemaResolver};
@@ -11,7 +12,7 @@ use lakesink_writers::sink::TopicPartition;
 use tokio::sync::mpsc;
 
 use super::chunk::Chunk;
-use super::pending::{FLUSH_IDLE, FLUSH_RECORDS, Pending, decode, hand_over};
+use super::pending::{FLUSH_BUSY, FLUSH_IDLE, FLUSH_RECORDS, Pending, decode, hand_over};
 use super::send;
 use crate::dead_letter::DeadLetters;
 use crate::kafka::{self, Incoming};
@@ -58,12 +59,15 @@ pub(super) async fn run<R: SchemaResolver>(
 ) -> anyhow::Result<()> {
     let mut idle = tokio::time::interval(FLUSH_IDLE);
     idle.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut handed = Instant::now();
     loop {
         let item = tokio::select! {
             biased;
-            // Whatever was decoded goes to the sinks at least this often, busy or not.
             _ = idle.tick() => {
-                hand_over(&mut d.decoder, &mut d.pending, &tx, &d.telemetry).await?;
+                if items.is_empty() || handed.elapsed() >= FLUSH_BUSY {
+                    hand_over(&mut d.decoder, &mut d.pending, &tx, &d.telemetry).await?;
+                    handed = Instant::now();
+                }
                 continue;
             }
             item = items.recv() => item,

@@ -21,11 +21,13 @@ use crate::sinks::ToSinks;
 use crate::telemetry::Telemetry;
 use crate::telemetry::metrics::{LookupLabels, TopicLabels};
 
-/// Hand decoded rows to the sinks after this many records, and at least this often. The
-/// interval is most of lakesink's share of the end-to-end latency at low rates; at high rates
-/// batches are cut at BATCH_ROWS rows anyway, so a short one costs nothing there.
+/// Hand decoded rows to the sinks after this many records, and at least every FLUSH_BUSY
+/// while records keep coming. Once nothing is left to decode, within FLUSH_IDLE: the wait is
+/// most of lakesink's share of the end-to-end latency at low rates, and at high rates the
+/// decoding side is rarely idle, so its batches stay large.
 pub(super) const FLUSH_RECORDS: usize = 16 * 1024;
-pub(super) const FLUSH_IDLE: Duration = Duration::from_millis(25);
+pub(super) const FLUSH_BUSY: Duration = Duration::from_millis(25);
+pub(super) const FLUSH_IDLE: Duration = Duration::from_millis(5);
 /// Rows per decoded batch.
 pub(super) const BATCH_ROWS: usize = 4096;
 /// What the consuming side holds: records decoded but not yet sent. Maps are keyed by topic
