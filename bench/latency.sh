@@ -11,6 +11,14 @@
 # WARMUP seconds, default 10, are left out). lakesink's own replica_latency_seconds histogram
 # (source.ts_ms to replica commit) is scraped as a cross-check.
 #
+# lakesink's own share is printed apart: from the record's Kafka timestamp (Connect's producer
+# stamps it as Debezium hands the record over) to the replica commit of its row
+# (pg_xact_commit_timestamp; dev/stack turns track_commit_timestamp on, else the trigger's
+# applied_at stands in). [[columns]] metadata adds kafka_ts and taken_at (when lakesink handed
+# the decoded record to its sinks) to each replica row, so the share is split in two: consuming
+# and decoding (kafka_ts to taken_at) and the replica's batching and transaction (taken_at to
+# commit). Kafka timestamps are whole milliseconds.
+#
 #   bench/latency.sh                  RATE=1000 SECONDS_=60 WARMUP=10 POLL_MS=100 BUILD=1
 #
 # POLL_MS is the Debezium connector's poll.interval.ms (its default, 500, adds up to half a
@@ -56,7 +64,7 @@ CREATE SCHEMA IF NOT EXISTS bench_latency;
 DROP TABLE IF EXISTS bench_latency.events;
 CREATE TABLE bench_latency.events (
   id bigint PRIMARY KEY, v bigint NOT NULL, payload text NOT NULL, changed_at timestamptz NOT NULL,
-  applied_at timestamptz);
+  kafka_ts timestamptz, taken_at timestamptz, applied_at timestamptz);
 CREATE OR REPLACE FUNCTION bench_latency.stamp() RETURNS trigger LANGUAGE plpgsql AS
   $$ BEGIN NEW.applied_at := clock_timestamp(); RETURN NEW; END $$;
 CREATE TRIGGER stamp BEFORE INSERT OR UPDATE ON bench_latency.events
@@ -124,6 +132,9 @@ allow-http = true
 [replica]
 url = "$LAKESINK_REPLICA_PG_URL"
 table-name-format = "\${source.schema}.\${source.table}"
+
+[[columns]]
+metadata = { kafka-ts = "kafka_ts", updated-at = "taken_at" }
 TOML
 say "starting lakesink (log: $work/lakesink.log)"
 "$lakesink" run --config "$work/lakesink.toml" 2>"$work/lakesink.log" &
@@ -150,16 +161,34 @@ for _ in $(seq 1 120); do
 done
 [ "$got" = "$want" ] || die "the replica did not catch up: source $want, replica $got"
 
+commit=applied_at
+if [ "$(psql -qAtX "$LAKESINK_REPLICA_PG_URL" -c 'SHOW track_commit_timestamp')" = on ]; then
+  commit="coalesce(pg_xact_commit_timestamp(xmin), applied_at)"
+else
+  say "track_commit_timestamp is off in the replica (dev/stack turns it on): the row's write time stands in for its commit"
+fi
 psql -qX "$LAKESINK_REPLICA_PG_URL" <<SQL
 \\pset footer off
-SELECT count(*) AS rows,
+WITH rows AS (
+  SELECT $commit AS committed, changed_at, kafka_ts, taken_at FROM bench_latency.events
+  WHERE changed_at >= (SELECT min(changed_at) FROM bench_latency.events) + interval '$WARMUP seconds'),
+spans AS (
+  SELECT 'source commit to replica commit' AS span, 1 AS o,
+         extract(epoch FROM committed - changed_at) * 1000 AS ms FROM rows
+  UNION ALL SELECT '  source commit to Kafka timestamp (Debezium, Connect)', 2,
+         extract(epoch FROM kafka_ts - changed_at) * 1000 FROM rows
+  UNION ALL SELECT '  Kafka timestamp to replica commit (lakesink)', 3,
+         extract(epoch FROM committed - kafka_ts) * 1000 FROM rows
+  UNION ALL SELECT '    Kafka timestamp to hand-over (consume, decode)', 4,
+         extract(epoch FROM taken_at - kafka_ts) * 1000 FROM rows
+  UNION ALL SELECT '    hand-over to replica commit (batch, transaction)', 5,
+         extract(epoch FROM committed - taken_at) * 1000 FROM rows)
+SELECT span, count(*) AS rows,
        round((percentile_cont(0.50) WITHIN GROUP (ORDER BY ms))::numeric, 1) AS p50_ms,
        round((percentile_cont(0.95) WITHIN GROUP (ORDER BY ms))::numeric, 1) AS p95_ms,
        round((percentile_cont(0.99) WITHIN GROUP (ORDER BY ms))::numeric, 1) AS p99_ms,
        round(max(ms)::numeric, 1) AS max_ms
-FROM (SELECT (extract(epoch FROM applied_at - changed_at) * 1000)::float8 AS ms
-      FROM bench_latency.events
-      WHERE changed_at >= (SELECT min(changed_at) FROM bench_latency.events) + interval '$WARMUP seconds') t;
+FROM spans GROUP BY span, o ORDER BY o;
 SQL
 say "lakesink's histogram (source.ts_ms to replica commit), /metrics on $http:"
 curl -fsS "http://$http/metrics" | grep -E '^lakesink_replica_latency_seconds_(bucket|count|sum)' \
