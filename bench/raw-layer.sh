@@ -13,6 +13,7 @@
 #   FETCH=default RAW_OPTIONS='memory-budget-bytes = 134217728' bench/raw-layer.sh
 #                                       lakesink's own fetch sizes (not the peer's), a [raw] key
 #   KAFKA_PROPERTIES='"queued.min.messages" = "10000"' bench/raw-layer.sh   more consumer properties
+#   INSTANCES=2 bench/raw-layer.sh      two lakesink processes in one group (CPU summed)
 #
 # Needs the stack (dev/stack up). Release builds go to $CARGO_TARGET_DIR (or target/).
 set -euo pipefail
@@ -34,6 +35,9 @@ RECORDS=${RECORDS:-5000000}
 SHAPE=${SHAPE:-narrow}
 case $SHAPE in narrow) shape_arg=() ;; wide) shape_arg=(wide) ;; *) die "SHAPE is narrow or wide, not $SHAPE" ;; esac
 PARTITIONS=${PARTITIONS:-8}
+# lakesink processes in the consumer group (the scaling measurement): each takes its share of
+# the partitions, as separate machines would.
+INSTANCES=${INSTANCES:-1}
 TARGET=${CARGO_TARGET_DIR:-$root/target}
 # Another build to time (an older commit's, to compare): BUILD=0 LAKESINK_BIN=path.
 LAKESINK_BIN=${LAKESINK_BIN:-$TARGET/release/lakesink}
@@ -105,22 +109,38 @@ allow-http = true
 T
 }
 
-# timed NAME TITLE: runs lakesink on $work/NAME.toml until the group's lag is 0; prints figures.
+# timed NAME TITLE: runs INSTANCES lakesink processes (one group) on $work/NAME.toml until the
+# group's lag is 0; prints figures (CPU summed over the processes, peak RSS the largest one's).
 timed() {
-  local name=$1 title=$2 hz t0 pid out t1 done_records cpu hwm
+  local name=$1 title=$2 hz t0 pids=() out t1 done_records cpu=0 hwm=0 i h
   hz=$(getconf CLK_TCK)
   t0=$(date +%s%3N)
-  RUST_LOG=warn "$LAKESINK_BIN" run --config "$work/$name.toml" 2>"$work/$name.log" &
-  pid=$!
-  trap 'kill "$pid" 2>/dev/null || true' EXIT
+  for i in $(seq 1 "$INSTANCES"); do
+    cp "$work/$name.toml" "$work/$name.$i.toml"
+    # Each instance its own metrics port (the default one's 127.0.0.1:9400).
+    [ "$INSTANCES" = 1 ] || printf '\n[service]\nhttp-listen = "127.0.0.1:%d"\n' $((9410 + i)) >>"$work/$name.$i.toml"
+    RUST_LOG=warn "$LAKESINK_BIN" run --config "$work/$name.$i.toml" 2>"$work/$name.$i.log" &
+    pids+=($!)
+  done
+  # shellcheck disable=SC2064
+  trap "kill ${pids[*]} 2>/dev/null || true" EXIT
   out=$("$JAVA_BIN" -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -cp "$KAFKA_LIBS/*:$TOOLS/classes" Lag \
     "$BROKERS" "bench-lakesink-$name-$stamp" "$TOPIC" "$RECORDS" 3600) \
-    || { tail -n 20 "$work/$name.log" >&2; die "lag never reached 0"; }
+    || { tail -n 20 "$work/$name".*.log >&2; die "lag never reached 0"; }
   read -r _ t1 done_records <<<"$out"
-  cpu=$(cpu_ticks "$pid")
-  hwm=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
-  kill -TERM "$pid"; wait "$pid" || die "lakesink did not stop cleanly; log $work/$name.log"
+  for i in "${!pids[@]}"; do
+    pid=${pids[$i]}
+    [ -e "/proc/$pid/stat" ] || { tail -n 20 "$work/$name.$((i + 1)).log" >&2; die "instance $((i + 1)) exited before the end"; }
+    cpu=$((cpu + $(cpu_ticks "$pid")))
+    h=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
+    [ "$h" -gt "$hwm" ] && hwm=$h
+  done
+  kill -TERM "${pids[@]}"
+  for pid in "${pids[@]}"; do
+    wait "$pid" || die "lakesink did not stop cleanly; logs $work/$name.*.log"
+  done
   trap - EXIT
+  [ "$INSTANCES" = 1 ] || title="$title, $INSTANCES instances in one group"
   python3 - "$done_records" "$t0" "$t1" "$cpu" "$hz" "$hwm" "$TOPIC_BYTES" "$RECORDS" "$title" <<P | tee "$work/$name.txt"
 import sys
 recs, t0, t1, cpu, hz, hwm, topic_bytes, total = (int(x) for x in sys.argv[1:9])
