@@ -24,14 +24,16 @@ pub(crate) struct Chunk {
     headers: Vec<OwnedHeaders>,
 }
 
+/// Positions are plain `usize`s, not narrower: a value read at the wrong place would be
+/// another record's bytes, or none (a tombstone).
 struct Meta {
-    topic: u32,
+    topic: usize,
     partition: i32,
     offset: i64,
     timestamp: Timestamp,
-    key: Option<(u32, u32)>,
-    value: Option<(u32, u32)>,
-    headers: Option<u32>,
+    key: Option<(usize, usize)>,
+    value: Option<(usize, usize)>,
+    headers: Option<usize>,
 }
 
 impl Chunk {
@@ -43,8 +45,12 @@ impl Chunk {
         self.records.len() >= CHUNK_RECORDS || self.bytes.len() >= CHUNK_BYTES
     }
 
-    /// Empties the chunk, keeping its buffers for the next records.
+    /// Empties the chunk, keeping its buffers for the next records (but not one that a very
+    /// large record grew: a few circulate, and each would hold it).
     pub(super) fn clear(&mut self) {
+        if self.bytes.capacity() > 2 * CHUNK_BYTES {
+            self.bytes = Vec::new();
+        }
         self.bytes.clear();
         self.records.clear();
         self.topics.clear();
@@ -64,7 +70,7 @@ impl Chunk {
             b.map(|b| {
                 let start = self.bytes.len();
                 self.bytes.extend_from_slice(b);
-                (index(start), index(b.len()))
+                (start, b.len())
             })
         };
         let key = copy(msg.key());
@@ -79,10 +85,10 @@ impl Chunk {
                     })
                 });
             self.headers.push(owned);
-            index(self.headers.len() - 1)
+            self.headers.len() - 1
         });
         self.records.push(Meta {
-            topic: index(topic),
+            topic,
             partition: msg.partition(),
             offset: msg.offset(),
             timestamp: msg.timestamp(),
@@ -97,13 +103,6 @@ impl Chunk {
     }
 }
 
-/// Kafka's records are at most 2 GiB (`message.max.bytes` is an i32), and a chunk is handed
-/// over once it passes [`CHUNK_BYTES`], so every position fits; saturating keeps a
-/// misconfigured broker from wrapping one.
-fn index(n: usize) -> u32 {
-    u32::try_from(n).unwrap_or(u32::MAX)
-}
-
 /// One record of a [`Chunk`], read as rdkafka's messages are.
 #[derive(Clone, Copy)]
 pub(crate) struct Record<'c> {
@@ -112,18 +111,14 @@ pub(crate) struct Record<'c> {
 }
 
 impl<'c> Record<'c> {
-    fn slice(&self, at: Option<(u32, u32)>) -> Option<&'c [u8]> {
-        at.and_then(|(start, len)| {
-            let start = start as usize;
-            self.chunk
-                .bytes
-                .get(start..start.checked_add(len as usize)?)
-        })
+    fn slice(&self, at: Option<(usize, usize)>) -> Option<&'c [u8]> {
+        at.and_then(|(start, len)| self.chunk.bytes.get(start..start.checked_add(len)?))
     }
 
     /// The topic's name, shared (not copied) with the chunk.
     pub(super) fn topic_name(&self) -> &'c Arc<str> {
-        &self.chunk.topics[self.meta.topic as usize]
+        // Set by push to a position in topics, which only grows until clear.
+        &self.chunk.topics[self.meta.topic]
     }
 }
 
@@ -155,7 +150,7 @@ impl crate::kafka::Incoming for Record<'_> {
     }
 
     fn headers(&self) -> Option<&OwnedHeaders> {
-        let h = self.chunk.headers.get(self.meta.headers? as usize)?;
+        let h = self.chunk.headers.get(self.meta.headers?)?;
         // An empty block is no headers, as librdkafka answers for a consumed message.
         (h.count() > 0).then_some(h)
     }

@@ -352,14 +352,10 @@ pub(crate) async fn run<R: SchemaResolver + 'static>(
             d,
             flatten(sink_task.await, "sink"),
         ),
-        Ok(Some(Ended::Sinks(s))) => (
-            Err(Stopped("sinks").into()),
-            flatten(decoding_task.await, "decoding"),
-            s,
-        ),
+        Ok(Some(Ended::Sinks(s))) => (Err(Stopped("sinks").into()), stop(decoding_task).await, s),
         Err(e) => (
             Err(e),
-            flatten(decoding_task.await, "decoding"),
+            stop(decoding_task).await,
             flatten(sink_task.await, "sink"),
         ),
     };
@@ -371,6 +367,17 @@ pub(crate) async fn run<R: SchemaResolver + 'static>(
     calls::commit_final(&consumer)
         .map_err(kafka::failure)
         .context("committing offsets on shutdown")
+}
+
+/// Stops the decoding side when nothing it still holds can be committed (the consumer failed,
+/// or the sinks ended): it would decode the chunks queued for it, retrying the registry and
+/// sending bad records to the dead-letter topic, for records that are read again anyway.
+async fn stop(task: tokio::task::JoinHandle<anyhow::Result<()>>) -> anyhow::Result<()> {
+    task.abort();
+    match task.await {
+        Err(e) if e.is_cancelled() => Ok(()),
+        done => flatten(done, "decoding"),
+    }
 }
 
 /// The pipeline's outcome from its stages', in pipeline order. A stage that could not hand
@@ -431,6 +438,9 @@ async fn start(
     first: i64,
     feed: &mut Feed,
 ) -> anyhow::Result<Option<i64>> {
+    // The lookups below can take a while (a Kafka round trip, the sinks' stores): records of
+    // other partitions do not wait for them in the chunk.
+    feed.flush().await?;
     let metadata = match resumers.iter().any(|r| r.mark) {
         true => calls::committed_metadata(consumer, part).await,
         false => None,
