@@ -82,21 +82,22 @@ s3curl() { curl -sS --aws-sigv4 "aws:amz:us-east-1:s3" --user "$S3_KEY:$S3_SECRE
 # s3_list PREFIX: "size key" per object under s3://$BUCKET/PREFIX/ (ListObjectsV2; the query is
 # built sorted and fully encoded, as curl's SigV4 signs it as given).
 s3_list() {
-  local prefix=$1 token="" page query tokfile; tokfile=$(mktemp)
+  local prefix=$1 token="" query tokfile; tokfile=$(mktemp)
   while :; do
     query=$(python3 -c 'import sys, urllib.parse as u
 q = {"list-type": "2", "prefix": sys.argv[1] + "/"}
 if sys.argv[2]: q["continuation-token"] = sys.argv[2]
 print("&".join(k + "=" + u.quote(v, safe="-_.~") for k, v in sorted(q.items())))' "$prefix" "$token")
-    page=$(s3curl "$S3/$BUCKET?$query")
-    python3 -c 'import sys, xml.etree.ElementTree as ET
-root = ET.fromstring(sys.argv[1])
-if root.tag.endswith("Error"): sys.exit("[peer] error: S3 list failed: " + sys.argv[1][:400])
+    # The page on stdin: a thousand keys are too long for an argument.
+    s3curl "$S3/$BUCKET?$query" | python3 -c 'import sys, xml.etree.ElementTree as ET
+page = sys.stdin.read()
+root = ET.fromstring(page)
+if root.tag.endswith("Error"): sys.exit("[peer] error: S3 list failed: " + page[:400])
 pre = root.tag.split("}")[0] + "}" if root.tag.startswith("{") else ""
 for c in root.findall(pre + "Contents"):
     print(c.find(pre + "Size").text, c.find(pre + "Key").text)
 t, tr = root.find(pre + "NextContinuationToken"), root.find(pre + "IsTruncated")
-open(sys.argv[2], "w").write(t.text if t is not None and tr is not None and tr.text == "true" else "")' "$page" "$tokfile" \
+open(sys.argv[1], "w").write(t.text if t is not None and tr is not None and tr.text == "true" else "")' "$tokfile" \
       || { rm -f "$tokfile"; return 1; }
     token=$(cat "$tokfile")
     [ -n "$token" ] || break

@@ -14,6 +14,7 @@
 #                                       lakesink's own fetch sizes (not the peer's), a [raw] key
 #   KAFKA_PROPERTIES='"queued.min.messages" = "10000"' bench/raw-layer.sh   more consumer properties
 #   INSTANCES=2 bench/raw-layer.sh      two lakesink processes in one group (CPU summed)
+#   RECORDS=50000000 FLUSH_SIZE=125000 bench/raw-layer.sh   a 10x backlog, files as at 5M
 #
 # Needs the stack (dev/stack up). Release builds go to $CARGO_TARGET_DIR (or target/).
 set -euo pipefail
@@ -73,6 +74,8 @@ TOPIC_BYTES=${TOPIC_BYTES:-0}
 # Segments close on their record count, so the last one closes with the last record.
 per_partition=$(( (RECORDS + PARTITIONS - 1) / PARTITIONS ))
 flush=$(( (per_partition + 4) / 5 ))
+# Another flush-size (the same files whatever RECORDS, to compare backlogs): FLUSH_SIZE=125000.
+flush=${FLUSH_SIZE:-$flush}
 
 # The peer's fetch sizes (bench/peer-s3-sink.sh) by default, so both read alike; FETCH=default
 # leaves lakesink's own (consumer/src/kafka.rs), the configuration its memory figures are for.
