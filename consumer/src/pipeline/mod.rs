@@ -103,16 +103,12 @@ impl Feed {
 
     /// Marks a partition started; its topic's name as the feed holds it.
     fn start(&mut self, topic: &str, partition: i32) -> Arc<str> {
-        if let Some(parts) = self.started.get_mut(topic) {
-            parts.insert(partition);
-        } else {
-            self.started.insert(Arc::from(topic), HashSet::default());
-            return self.start(topic, partition);
-        }
-        match self.started.get_key_value(topic) {
+        let t = match self.started.get_key_value(topic) {
             Some((t, _)) => t.clone(),
             None => Arc::from(topic),
-        }
+        };
+        self.started.entry(t.clone()).or_default().insert(partition);
+        t
     }
 
     fn forget(&mut self, part: &TopicPartition) {

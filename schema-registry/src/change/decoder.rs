@@ -418,24 +418,19 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
                 non_data,
             });
         }
-        let key_schema = key.as_ref().map(|k| k.schema.clone());
-        let value_schema = value.as_ref().map(|v| v.schema.clone());
-        self.close_unless_joined(&part, key_schema.as_ref(), value_schema.as_ref())
-            .map_err(at(Side::Value))?;
-        if !self.open.contains_key(&part) {
-            let open = self.open_batch(
-                record,
-                key_schema,
-                key_prepared.as_deref(),
-                value_schema,
-                value_prepared.as_deref(),
-            )?;
-            self.open.insert(part.clone(), open);
+        // It does not: the open batch (if any) closes into `ready`, and a new one starts here.
+        if let Some(open) = self.open.remove(&part) {
+            let closed = self.close(&part, open).map_err(at(Side::Value))?;
+            self.ready.extend(closed);
         }
-        let open = self
-            .open
-            .get_mut(&part)
-            .ok_or_else(|| at(Side::Value)(ChangeErrorKind::Model("no open batch".into())))?;
+        let open = self.open_batch(
+            record,
+            key.as_ref().map(|k| k.schema.clone()),
+            key_prepared.as_deref(),
+            value.as_ref().map(|v| v.schema.clone()),
+            value_prepared.as_deref(),
+        )?;
+        let open = self.open.entry(part).or_insert(open);
         open.push_row(record, key.as_ref(), value.as_ref())?;
         Ok(Pushed {
             completed: std::mem::take(&mut self.ready),
@@ -492,25 +487,6 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
             .await
             .map_err(ChangeError::at(record, side))?;
         Ok(Some(p))
-    }
-
-    /// Closes the partition's open batch into `ready`, unless a record of these schemas
-    /// joins it.
-    fn close_unless_joined(
-        &mut self,
-        part: &(Arc<str>, i32),
-        key_schema: Option<&SchemaRef>,
-        value_schema: Option<&SchemaRef>,
-    ) -> Result<(), ChangeErrorKind> {
-        let joins = self
-            .open
-            .get(part)
-            .is_some_and(|o| o.joins(self.batch_rows, key_schema, value_schema));
-        if !joins && let Some(open) = self.open.remove(part) {
-            let closed = self.close(part, open)?;
-            self.ready.extend(closed);
-        }
-        Ok(())
     }
 
     /// A new batch starting at `record`, with decoders for its key and value schemas.
