@@ -426,6 +426,12 @@ impl Values {
                 text,
             } => {
                 let at = c.pos;
+                if let Text::Binary | Text::Utf8 = text
+                    && c.copy_short(data, matches!(text, Text::Utf8))
+                {
+                    offsets.push(offset(data.len(), at)?);
+                    return Ok(());
+                }
                 let bytes = match text {
                     Text::Binary => {
                         let len = c.length()?;
