@@ -11,9 +11,11 @@ use lakesink_config::{
 };
 
 fn fixture(name: &str) -> Input {
-    let path: PathBuf = [env!("CARGO_MANIFEST_DIR"), "tests", "fixtures", name]
-        .iter()
-        .collect();
+    // At run time: a binary built in another checkout sharing the target directory would
+    // otherwise read that checkout's fixtures (or fail where it no longer exists).
+    let package = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), PathBuf::from);
+    let path = package.join("tests").join("fixtures").join(name);
     let mut input = Input::read(&path).expect("fixture");
     input.name = name.to_owned();
     input

@@ -125,6 +125,18 @@ fn in_cache(path: &str) -> String {
     format!("{cache}/{path}")
 }
 
+/// The checkout the tests run in. Cargo sets `CARGO_MANIFEST_DIR` when it runs a test, so this
+/// is the running test's checkout even when its binary was built in another one that shares the
+/// target directory (CI's clone and a developer's tree do): the value compiled in would point at
+/// the other checkout's files. Every package sits one level below the root.
+pub fn workspace_root() -> std::path::PathBuf {
+    let package = std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(
+        || env!("CARGO_MANIFEST_DIR").into(),
+        std::path::PathBuf::from,
+    );
+    package.join("..")
+}
+
 /// The message every integration test fails with when a component does not answer.
 pub fn unreachable(component: &str, endpoint: &str, error: impl std::fmt::Display) -> String {
     format!(

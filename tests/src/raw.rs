@@ -85,7 +85,7 @@ pub fn parquet_files(dir: &Path) -> Vec<PathBuf> {
 
 /// `tests/python/read_parquet.py` with `args`, its JSON output.
 pub fn read_parquet<S: AsRef<std::ffi::OsStr>>(stack: &Stack, args: &[S]) -> Value {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python/read_parquet.py");
+    let script = crate::workspace_root().join("tests/python/read_parquet.py");
     let out = Command::new(&stack.python)
         .arg(script)
         .args(args)

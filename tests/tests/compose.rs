@@ -22,7 +22,7 @@ struct Service {
 }
 
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+    lakesink_tests::workspace_root()
 }
 
 fn compose() -> Compose {

@@ -5,7 +5,6 @@
 //! every file. pyiceberg reads what has no equality deletes (it refuses them).
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
 
@@ -187,7 +186,7 @@ impl Lake {
     fn spark(&self, snapshots: &[i64]) -> Value {
         let mut request = self.request();
         request["snapshots"] = json!(snapshots);
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python/read_iceberg_spark.py");
+        let script = lakesink_tests::workspace_root().join("tests/python/read_iceberg_spark.py");
         let out = Command::new(&self.stack.spark_python)
             .arg(script)
             .arg(request.to_string())

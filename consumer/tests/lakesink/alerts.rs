@@ -23,10 +23,7 @@ struct Smtp {
 
 impl Smtp {
     fn start(stack: &Stack, tls_dir: &std::path::Path, user: &str, password: &str) -> Self {
-        let script = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../tests/python/smtp_server.py"
-        );
+        let script = lakesink_tests::workspace_root().join("tests/python/smtp_server.py");
         let mut child = Command::new(&stack.python)
             .arg(script)
             .arg(tls_dir.join("server-cert.pem"))

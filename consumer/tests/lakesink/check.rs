@@ -257,10 +257,10 @@ fn check_reports_a_config_that_does_not_load() {
 }
 
 fn fixture(name: &str) -> String {
-    format!(
-        "{}/../config/tests/fixtures/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    )
+    let path = lakesink_tests::workspace_root()
+        .join("config/tests/fixtures")
+        .join(name);
+    path.display().to_string()
 }
 
 #[test]
@@ -559,12 +559,10 @@ impl SecretsManager {
     }
 
     fn put(&self, stack: &Stack, name: &str, value: &str) {
-        let script = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../tests/python/secretsmanager.py"
-        );
+        let script = lakesink_tests::workspace_root().join("tests/python/secretsmanager.py");
         let status = Command::new(&stack.python)
-            .args([script, &self.endpoint, name, value])
+            .arg(script)
+            .args([&self.endpoint, name, value])
             .status()
             .expect("python runs");
         assert!(status.success(), "creating secret {name}");

@@ -6,7 +6,6 @@
 //! topic exactly once, each value equal to the raw layer's.
 
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -91,7 +90,7 @@ pub(crate) async fn read_request(run: &Run, kind: Kind, catalog: &str, table: &s
 async fn read_back(run: &Run, kind: Kind, catalog: &str, table: &str) -> Value {
     let request = read_request(run, kind, catalog, table).await;
     let s = &run.stack;
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/python/read_iceberg.py");
+    let script = lakesink_tests::workspace_root().join("tests/python/read_iceberg.py");
     let out = Command::new(&s.python)
         .arg(script)
         .arg(request.to_string())
@@ -114,8 +113,7 @@ async fn read_back_spark(run: &Run, kind: Kind, catalog: &str, table: &str) -> V
 /// Runs `tests/python/read_iceberg_spark.py` on `request`; its answer.
 pub(crate) fn spark(run: &Run, request: &Value, table: &str) -> Value {
     let s = &run.stack;
-    let script =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/python/read_iceberg_spark.py");
+    let script = lakesink_tests::workspace_root().join("tests/python/read_iceberg_spark.py");
     let started = Instant::now();
     let out = Command::new(&s.spark_python)
         .arg(script)

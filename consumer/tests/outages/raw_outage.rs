@@ -15,7 +15,7 @@ use lakesink_tests::workload::Table;
 use lakesink_tests::{Stack, unique};
 
 fn stack_command(args: &[&str]) {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../dev/stack");
+    let script = lakesink_tests::workspace_root().join("dev/stack");
     let status = Command::new(script)
         .args(args)
         .status()
