@@ -15,6 +15,8 @@
 #   KAFKA_PROPERTIES='"queued.min.messages" = "10000"' bench/raw-layer.sh   more consumer properties
 #   INSTANCES=2 bench/raw-layer.sh      two lakesink processes in one group (CPU summed)
 #   RECORDS=50000000 FLUSH_SIZE=125000 bench/raw-layer.sh   a 10x backlog, files as at 5M
+#   LAKESINK_ENV='MALLOC_MMAP_THRESHOLD_=4194304' bench/raw-layer.sh   variables for the lakesink
+#                                       processes only (that one: as the container image runs it)
 #
 # Needs the stack (dev/stack up). Release builds go to $CARGO_TARGET_DIR (or target/).
 set -euo pipefail
@@ -122,7 +124,9 @@ timed() {
     cp "$work/$name.toml" "$work/$name.$i.toml"
     # Each instance its own metrics port (the default one's 127.0.0.1:9400).
     [ "$INSTANCES" = 1 ] || printf '\n[service]\nhttp-listen = "127.0.0.1:%d"\n' $((9410 + i)) >>"$work/$name.$i.toml"
-    RUST_LOG=warn "$LAKESINK_BIN" run --config "$work/$name.$i.toml" 2>"$work/$name.$i.log" &
+    # shellcheck disable=SC2086  # LAKESINK_ENV: NAME=value words, split on purpose
+    env ${LAKESINK_ENV:-} RUST_LOG=warn "$LAKESINK_BIN" run --config "$work/$name.$i.toml" \
+      2>"$work/$name.$i.log" &
     pids+=($!)
   done
   # shellcheck disable=SC2064

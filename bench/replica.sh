@@ -22,7 +22,8 @@
 # (more lakesink consumer properties, TOML: '"fetch.max.bytes" = "104857600"'), JDBC_CONFIG (more
 # JDBC connector settings, JSON: '"consumer.override.fetch.max.bytes": "104857600"'),
 # REPLICA_CONFIG (more lakesink [replica] settings, TOML lines: 'delete-mode = "soft"'),
-# LAKESINK_LABEL (its name in the report, default lakesink) and LAKE=1 (also time lakesink
+# LAKESINK_ENV (variables for the lakesink process only, NAME=value words: 'MALLOC_MMAP_THRESHOLD_=4194304'
+# runs it as the container image does), LAKESINK_LABEL (its name in the report, default lakesink) and LAKE=1 (also time lakesink
 # writing the same topics to an upsert lake table: [lake] mode = "upsert", SQL catalog in the
 # replica database, files on the stack's S3, every other key at its default; its rows and
 # checksum are read by Spark afterwards, not timed: bench/lake_checksum.py). LAKE_CONFIG: more
@@ -235,7 +236,8 @@ timed_lakesink() {
   local pid p0
   lag_start "$3" "$2"
   p0=$(pg_ticks); T0=$(date +%s%3N)
-  RUST_LOG=warn "$LAKESINK_BIN" run --config "$4" 2>"$5" &
+  # shellcheck disable=SC2086  # LAKESINK_ENV: NAME=value words, split on purpose
+  env ${LAKESINK_ENV:-} RUST_LOG=warn "$LAKESINK_BIN" run --config "$4" 2>"$5" &
   pid=$!; LS_PID=$pid
   wait "$LAG_PID" || { tail -n 20 "$5" >&2; die "lakesink: lag never reached 0"; }
   read -r _ T1 _ <"$work/lag.out"
