@@ -116,35 +116,27 @@ impl<'a> Cursor<'a> {
     }
 
     fn long_slow(&mut self) -> Result<i64, DatumError> {
-        match self.long_word() {
-            Some(value) => Ok(value),
-            None => self.long_bytewise(),
+        // Ids, timestamps and LSNs take 2 to 8 bytes: read eight at once, find the last by its
+        // clear top bit, and gather the 7-bit groups without a loop (whose exit, a different
+        // length each value, the branch predictor kept missing).
+        if let Some(word) = self.buf.get(self.pos..).and_then(<[u8]>::first_chunk::<8>) {
+            let word = u64::from_le_bytes(*word);
+            let ends = !word & 0x8080_8080_8080_8080;
+            if ends != 0 {
+                let len = ends.trailing_zeros() / 8 + 1;
+                let kept = word & (u64::MAX >> (64 - 8 * len)) & 0x7f7f_7f7f_7f7f_7f7f;
+                // Pairs of groups, then pairs of pairs: three steps, not eight.
+                let x = (kept & 0x007f_007f_007f_007f) | ((kept & 0x7f00_7f00_7f00_7f00) >> 1);
+                let x = (x & 0x0000_3fff_0000_3fff) | ((x & 0x3fff_0000_3fff_0000) >> 2);
+                let value = (x & 0x0fff_ffff) | ((x & 0x0fff_ffff_0000_0000) >> 4);
+                self.pos += len as usize;
+                return Ok((value >> 1) as i64 ^ -((value & 1) as i64));
+            }
         }
-    }
-
-    /// A varint of at most eight bytes with eight bytes to read: read them at once, find the
-    /// last by its clear top bit, and gather the 7-bit groups without a loop (whose exit, a
-    /// different length each value, the branch predictor kept missing).
-    #[inline(always)]
-    fn long_word(&mut self) -> Option<i64> {
-        let word = self.buf.get(self.pos..)?.first_chunk::<8>()?;
-        let word = u64::from_le_bytes(*word);
-        let ends = !word & 0x8080_8080_8080_8080;
-        if ends == 0 {
-            return None;
-        }
-        let len = ends.trailing_zeros() / 8 + 1;
-        let kept = word & (u64::MAX >> (64 - 8 * len)) & 0x7f7f_7f7f_7f7f_7f7f;
-        // Pairs of groups, then pairs of pairs: three steps, not eight.
-        let x = (kept & 0x007f_007f_007f_007f) | ((kept & 0x7f00_7f00_7f00_7f00) >> 1);
-        let x = (x & 0x0000_3fff_0000_3fff) | ((x & 0x3fff_0000_3fff_0000) >> 2);
-        let value = (x & 0x0fff_ffff) | ((x & 0x0fff_ffff_0000_0000) >> 4);
-        self.pos += len as usize;
-        Some((value >> 1) as i64 ^ -((value & 1) as i64))
+        self.long_bytewise()
     }
 
     /// Near the datum's end, and for nine- and ten-byte varints.
-    #[inline(never)]
     fn long_bytewise(&mut self) -> Result<i64, DatumError> {
         let at = self.pos;
         let mut value: u64 = 0;
