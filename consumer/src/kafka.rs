@@ -287,23 +287,23 @@ pub(crate) fn subscribe(
 fn fetch_config(config: &KafkaConfig) -> ClientConfig {
     let mut cc = ClientConfig::new();
     cc.set("bootstrap.servers", &config.brokers)
-        // Fetch in 4 MiB per partition (librdkafka's 1 MiB starves a fast consumer; measured
-        // 60k against 158k rows/s into the replica), and bound the prefetch per partition
-        // (librdkafka's default is 64 MiB each) so memory does not grow with the partitions.
-        .set("max.partition.fetch.bytes", "4194304")
-        .set("fetch.max.bytes", "16777216")
+        // What librdkafka holds is about one fetch response: it is queued whole, inflated
+        // (lz4 about threefold here) plus a 304-byte op per record. A 4 MiB response in
+        // 1 MiB per partition kept the raw layer at 221-239 MiB against 315-339 with 16 MiB
+        // in 4 MiB, at the same speed, and four partitions still come in each response
+        // (docs/raw-layer.md, Smaller fetches, fetched sooner).
+        .set("max.partition.fetch.bytes", "1048576")
+        .set("fetch.max.bytes", "4194304")
         .set("queued.max.messages.kbytes", "16384")
-        // librdkafka keeps fetching a partition until its queue holds 100,000 messages (the
-        // default), whatever the bytes: with records of a few hundred bytes that was ~90 MiB
-        // of queued message ops over 8 partitions. At 10,000 a partition is fetched again
-        // while 10,000 of its records still wait; the raw-layer bench ran as fast and peaked
-        // 90 MiB lower (docs/raw-layer.md, Memory).
+        // librdkafka keeps fetching until its queue (all partitions together, the queues being
+        // forwarded to the consumer's) holds 100,000 messages, whatever the bytes. At 10,000 it
+        // fetches again while 10,000 records still wait.
         .set("queued.min.messages", "10000")
-        // With the prefetch bound that low, a partition's queue is often full, and librdkafka
-        // then waits fetch.queue.backoff.ms (1 s by default) before fetching it again: the
-        // consumer starved for up to a second at a time (replica snapshot 4.2 s against
-        // 3.4 s per million rows).
-        .set("fetch.queue.backoff.ms", "100");
+        // When the queue is over those bounds, librdkafka looks again after
+        // fetch.queue.backoff.ms (1 s by default). A response now holds about a tenth of a
+        // second of records, so the next fetch must be asked for within milliseconds: at
+        // 100 ms the replica snapshot lost 8-15% with 4 MiB responses.
+        .set("fetch.queue.backoff.ms", "10");
     cc
 }
 

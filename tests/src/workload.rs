@@ -154,7 +154,18 @@ impl Table {
     /// As [`Table::create`], of the given shape.
     pub async fn create_shaped(stack: &Stack, topic: &str, partitions: i32, shape: Shape) -> Self {
         let kafka = client(&stack.kafka_brokers);
-        Self::create_shaped_in(stack, &kafka, topic, partitions, shape).await
+        Self::create_shaped_in(stack, &kafka, topic, partitions, shape, &[]).await
+    }
+
+    /// As [`Table::create`], the topic with `config` (`("max.message.bytes", "8388608")`).
+    pub async fn create_with_topic_config(
+        stack: &Stack,
+        topic: &str,
+        partitions: i32,
+        config: &[(&str, &str)],
+    ) -> Self {
+        let kafka = client(&stack.kafka_brokers);
+        Self::create_shaped_in(stack, &kafka, topic, partitions, Shape::Narrow, config).await
     }
 
     /// As [`Table::create`], on the cluster `kafka` reaches (its brokers and security).
@@ -164,7 +175,7 @@ impl Table {
         topic: &str,
         partitions: i32,
     ) -> Self {
-        Self::create_shaped_in(stack, kafka, topic, partitions, Shape::Narrow).await
+        Self::create_shaped_in(stack, kafka, topic, partitions, Shape::Narrow, &[]).await
     }
 
     async fn create_shaped_in(
@@ -173,14 +184,18 @@ impl Table {
         topic: &str,
         partitions: i32,
         shape: Shape,
+        config: &[(&str, &str)],
     ) -> Self {
         let brokers = kafka.get("bootstrap.servers").unwrap_or_default();
         let admin: AdminClient<_> = kafka.create().expect("admin client");
         // The tests' records carry 2024 timestamps (their hourly directories are asserted), far
         // past a default 7-day retention: a retention check in the middle of a test would delete
         // them and leave the consumer an empty topic. dev/stack's brokers keep data anyway.
-        let new =
+        let mut new =
             NewTopic::new(topic, partitions, TopicReplication::Fixed(1)).set("retention.ms", "-1");
+        for &(k, v) in config {
+            new = new.set(k, v);
+        }
         let created = admin
             .create_topics([&new], &AdminOptions::new())
             .await
@@ -307,7 +322,30 @@ impl Table {
         count: i64,
         base_ts_ms: i64,
     ) -> u64 {
-        self.send_to(kafka, partitions, events(0..count, base_ts_ms))
+        self.send_to(kafka, partitions, events(0..count, base_ts_ms), &[])
+    }
+
+    /// As [`Table::produce`], uncompressed, in batches of up to `batch_bytes` (the topic's
+    /// `max.message.bytes` must allow them).
+    pub fn produce_in_batches(
+        &self,
+        stack: &Stack,
+        partitions: i32,
+        count: i64,
+        base_ts_ms: i64,
+        batch_bytes: usize,
+    ) -> u64 {
+        let bytes = batch_bytes.to_string();
+        let settings = [
+            ("compression.type", "none"),
+            ("batch.size", bytes.as_str()),
+            ("message.max.bytes", bytes.as_str()),
+            ("batch.num.messages", "1000000"),
+            // Long enough for a batch to fill: records come faster than this.
+            ("linger.ms", "500"),
+        ];
+        let kafka = client(&stack.kafka_brokers);
+        self.send_to(&kafka, partitions, events(0..count, base_ts_ms), &settings)
     }
 
     /// As [`Table::produce`], for rows `ids` (event `i` is row `i`, at `base_ts_ms + i`).
@@ -347,7 +385,7 @@ impl Table {
         partitions: i32,
         events: impl Iterator<Item = (i64, char, i64, i64)>,
     ) -> u64 {
-        self.send_to(&client(&stack.kafka_brokers), partitions, events)
+        self.send_to(&client(&stack.kafka_brokers), partitions, events, &[])
     }
 
     fn send_to(
@@ -355,15 +393,18 @@ impl Table {
         kafka: &ClientConfig,
         partitions: i32,
         events: impl Iterator<Item = (i64, char, i64, i64)>,
+        settings: &[(&str, &str)],
     ) -> u64 {
-        let producer: BaseProducer = kafka
-            .clone()
+        let mut config = kafka.clone();
+        config
             .set("linger.ms", "20")
             .set("batch.size", "1000000")
             .set("compression.type", "lz4")
-            .set("queue.buffering.max.messages", "1000000")
-            .create()
-            .expect("producer");
+            .set("queue.buffering.max.messages", "1000000");
+        for &(k, v) in settings {
+            config.set(k, v);
+        }
+        let producer: BaseProducer = config.create().expect("producer");
         let mut sent = 0u64;
         for (n, (id, op, version, ts)) in events.enumerate() {
             let key = self.key(id);

@@ -67,6 +67,39 @@ async fn a_crash_in_the_middle_of_a_multipart_upload_loses_nothing() {
     assert_exactly_once(&got, &want);
 }
 
+/// The consumer fetches 1 MiB per partition. A record batch larger than that comes whole only
+/// when its partition is the first with data in a response (the broker's rule for making
+/// progress), so batches of 3 MiB on every partition are read in turns, not skipped or stuck.
+#[tokio::test(flavor = "multi_thread")]
+async fn record_batches_larger_than_the_fetch_size_are_all_read() {
+    let stack = Stack::from_env();
+    let topic = unique("raw-big-batches");
+    // About 180 bytes a record: 4.5 MB a partition, produced in batches of up to 3 MiB.
+    let (partitions, count) = (3, 75_000);
+    let table = Table::create_with_topic_config(
+        &stack,
+        &topic,
+        partitions,
+        &[("max.message.bytes", "8388608")],
+    )
+    .await;
+    let s = stack.clone();
+    let sent = tokio::task::spawn_blocking(move || {
+        table.produce_in_batches(&s, partitions, count, BASE_TS, 3 << 20)
+    })
+    .await
+    .expect("produce");
+    assert!(
+        sent > 3 * (3 << 20),
+        "more than a batch a partition: {sent} bytes"
+    );
+    let run = Run::new(stack, &topic, partitions, "flush-size = 12500");
+    let (want, end) = expected(partitions, count);
+    run.run_to_end(&end);
+    let (got, _) = run.rows().await;
+    assert_exactly_once(&got, &want);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_committed_offset_moved_past_the_raw_layer_is_read_again_not_skipped() {
     let stack = Stack::from_env();
