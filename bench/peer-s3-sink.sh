@@ -116,6 +116,21 @@ s3_empty_prefix() {
   [ $n -eq 0 ] || say "deleted $n old objects under s3://$BUCKET/$prefix/"
 }
 
+# s3_drop_listed FILE: deletes the objects s3_list listed into FILE, once the run has counted
+# them; KEEP_OBJECTS=1 keeps them. Each run writes 0.2-1 GB (2.4 GB for a 50M backlog), and the
+# S3 server's disk is the machine's: kept runs filled it within a session.
+s3_drop_listed() {
+  local list=$1 key n=0
+  [ "${KEEP_OBJECTS:-0}" != 1 ] || return 0
+  while read -r key; do
+    s3curl -f -X DELETE "$S3/$BUCKET/$key" >/dev/null || die "cannot delete s3://$BUCKET/$key"
+    n=$((n + 1))
+  done < <(python3 -c 'import sys, urllib.parse as u
+for l in open(sys.argv[1]).read().splitlines():
+    if l.strip(): print(u.quote(l.split(" ", 1)[1]))' "$list")
+  say "deleted the $n objects counted (KEEP_OBJECTS=1 keeps them)"
+}
+
 # ---------------------------------------------------------------- worker
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -286,6 +301,7 @@ print(f"worker peak RSS      {hwm / 1024:.0f} MiB (VmHWM)")
 print(f"objects              {len(objs)} ({sum(int(s) for s, _ in objs) / 1048576:.1f} MiB) under s3://$BUCKET/{prefix}/")
 print(f"parquet data files   {len(data)} ({sum(s for s, _ in data) / 1048576:.1f} MiB)")
 P
+  s3_drop_listed "$RUN/objects.txt"
 }
 
 teardown() {

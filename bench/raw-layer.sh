@@ -17,6 +17,8 @@
 #   RECORDS=50000000 FLUSH_SIZE=125000 bench/raw-layer.sh   a 10x backlog, files as at 5M
 #   LAKESINK_ENV='MALLOC_MMAP_THRESHOLD_=4194304' bench/raw-layer.sh   variables for the lakesink
 #                                       processes only (that one: as the container image runs it)
+#   KEEP_OBJECTS=1 bench/raw-layer.sh   keep each side's files on the S3 server (by default they
+#                                       are deleted once listed and counted)
 #
 # Needs the stack (dev/stack up). Release builds go to $CARGO_TARGET_DIR (or target/).
 set -euo pipefail
@@ -183,6 +185,7 @@ objs = [l.split(" ", 1) for l in open(sys.argv[1]).read().splitlines() if l.stri
 data = [(int(s), k) for s, k in objs if k.endswith(".parquet")]
 print(f"parquet data files   {len(data)} ({sum(s for s, _ in data) / 1048576:.1f} MiB)")
 P
+  s3_drop_listed "$work/objects.txt"
 fi
 
 if [ "$RUN_LAKE" = 1 ]; then
@@ -208,6 +211,7 @@ data = [(int(s), k) for s, k in objs if k.endswith(".parquet")]
 print(f"objects              {len(objs)} ({sum(int(s) for s, _ in objs) / 1048576:.1f} MiB)")
 print(f"parquet data files   {len(data)} ({sum(s for s, _ in data) / 1048576:.1f} MiB)")
 P
+  s3_drop_listed "$work/lake-objects.txt"
 fi
 
 if [ "$RUN_PEER" = 1 ]; then
