@@ -105,29 +105,34 @@ open(sys.argv[1], "w").write(t.text if t is not None and tr is not None and tr.t
   rm -f "$tokfile"
 }
 
-s3_empty_prefix() {
-  local prefix=$1 n=0 size key
-  while read -r size key; do
-    [ "$size" != LIST-FAILED ] || die "cannot list s3://$BUCKET/$prefix/"
-    [ -n "$key" ] || continue
-    s3curl -X DELETE "$S3/$BUCKET/$(python3 -c 'import sys,urllib.parse;print(urllib.parse.quote(sys.argv[1]))' "$key")" >/dev/null
+# s3_delete_listed FILE: deletes the objects s3_list listed into FILE; prints how many.
+s3_delete_listed() {
+  local key n=0
+  while read -r key; do
+    s3curl -f -X DELETE "$S3/$BUCKET/$key" >/dev/null || die "cannot delete s3://$BUCKET/$key"
     n=$((n + 1))
-  done < <(s3_list "$prefix" || echo "LIST-FAILED")
-  [ $n -eq 0 ] || say "deleted $n old objects under s3://$BUCKET/$prefix/"
+  done < <(python3 -c 'import sys, urllib.parse as u
+for l in open(sys.argv[1]).read().splitlines():
+    if l.strip(): print(u.quote(l.split(" ", 1)[1]))' "$1")
+  echo "$n"
+}
+
+s3_empty_prefix() {
+  local prefix=$1 list n
+  list=$(mktemp)
+  s3_list "$prefix" >"$list" || { rm -f "$list"; die "cannot list s3://$BUCKET/$prefix/"; }
+  n=$(s3_delete_listed "$list")
+  rm -f "$list"
+  [ "$n" -eq 0 ] || say "deleted $n old objects under s3://$BUCKET/$prefix/"
 }
 
 # s3_drop_listed FILE: deletes the objects s3_list listed into FILE, once the run has counted
 # them; KEEP_OBJECTS=1 keeps them. Each run writes 0.2-1 GB (2.4 GB for a 50M backlog), and the
 # S3 server's disk is the machine's: kept runs filled it within a session.
 s3_drop_listed() {
-  local list=$1 key n=0
+  local n
   [ "${KEEP_OBJECTS:-0}" != 1 ] || return 0
-  while read -r key; do
-    s3curl -f -X DELETE "$S3/$BUCKET/$key" >/dev/null || die "cannot delete s3://$BUCKET/$key"
-    n=$((n + 1))
-  done < <(python3 -c 'import sys, urllib.parse as u
-for l in open(sys.argv[1]).read().splitlines():
-    if l.strip(): print(u.quote(l.split(" ", 1)[1]))' "$list")
+  n=$(s3_delete_listed "$1")
   say "deleted the $n objects counted (KEEP_OBJECTS=1 keeps them)"
 }
 
