@@ -6,9 +6,12 @@
 //! which would poison every good row of the batch, so each datum is validated first and a
 //! validated datum always decodes whole.
 
+use std::sync::Arc;
+
 use arrow_array::RecordBatch;
 use arrow_avro::reader::{Decoder, DecoderMode, ReaderBuilder};
 use arrow_avro::schema::{AvroSchema, SchemaStore};
+use arrow_schema::SchemaRef;
 
 use super::direct::DirectDecoder;
 use super::error::{DecodeError, internal};
@@ -35,6 +38,8 @@ pub struct AvroBatchDecoder {
     engine: Engine,
     /// Chosen once, from the connector the schema names.
     semantics: Semantics,
+    /// The batches' schema before and after the semantic types, worked out at the first flush.
+    plan: Option<(SchemaRef, SchemaRef)>,
     rows: usize,
     bytes: usize,
     batch_size: usize,
@@ -168,6 +173,7 @@ impl AvroBatchDecoder {
             root,
             engine: Engine::ArrowAvro(Box::new(inner)),
             semantics,
+            plan: None,
             rows: 0,
             bytes: 0,
             batch_size: batch_size.max(1),
@@ -229,9 +235,19 @@ impl AvroBatchDecoder {
             Engine::Direct(direct) => Some(direct.flush().map_err(internal)?),
             Engine::ArrowAvro(inner) => inner.flush().map_err(internal)?,
         };
-        batch
-            .map(|b| semantic::apply(b, self.semantics))
-            .transpose()
+        let Some(batch) = batch else {
+            return Ok(None);
+        };
+        let schema = batch.schema();
+        let planned = match &self.plan {
+            Some((from, to)) if Arc::ptr_eq(from, &schema) || **from == *schema => to.clone(),
+            _ => {
+                let to = semantic::plan(&schema, self.semantics)?;
+                self.plan = Some((schema, to.clone()));
+                to
+            }
+        };
+        semantic::apply(batch, &planned, self.semantics).map(Some)
     }
 }
 

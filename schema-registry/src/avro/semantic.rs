@@ -10,7 +10,7 @@ use arrow_array::{
     TimestampMicrosecondArray,
 };
 use arrow_buffer::NullBuffer;
-use arrow_schema::{DataType, Field, FieldRef, Fields, Metadata, Schema, TimeUnit};
+use arrow_schema::{DataType, Field, FieldRef, Fields, Metadata, Schema, SchemaRef, TimeUnit};
 
 use super::error::{DecodeError, internal};
 use super::schema::{WIDE_DECIMAL_SCALE, ZONED_TIMESTAMP};
@@ -115,18 +115,66 @@ fn target(connect_name: &str, physical: &DataType, semantics: Semantics) -> Opti
     })
 }
 
-/// Applies [`target_type`] through every column, nested ones included.
-pub(super) fn apply(batch: RecordBatch, semantics: Semantics) -> Result<RecordBatch, DecodeError> {
+/// The schema [`apply`] gives batches of `schema`: each semantic type's Arrow type, the
+/// `connect.*` attributes unquoted. Worked out once per decoder, as parsing the metadata of
+/// every field cost a decoder a few percent when done each batch.
+pub(super) fn plan(schema: &Schema, semantics: Semantics) -> Result<SchemaRef, DecodeError> {
+    let fields = schema
+        .fields()
+        .iter()
+        .map(|f| planned_field(f, semantics))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Arc::new(Schema::new_with_metadata(
+        fields,
+        schema.metadata().clone(),
+    )))
+}
+
+fn planned_field(field: &FieldRef, semantics: Semantics) -> Result<FieldRef, DecodeError> {
+    let metadata = unquoted(field.metadata());
+    let data_type = match field.data_type() {
+        DataType::Struct(children) => DataType::Struct(
+            children
+                .iter()
+                .map(|c| planned_field(c, semantics))
+                .collect::<Result<Fields, _>>()?,
+        ),
+        DataType::List(item) => DataType::List(planned_field(item, semantics)?),
+        DataType::Binary | DataType::FixedSizeBinary(_)
+            if metadata.contains_key(WIDE_DECIMAL_SCALE) =>
+        {
+            wide_decimal_scale(metadata.get(WIDE_DECIMAL_SCALE))?;
+            DataType::Struct(wide_decimal_fields())
+        }
+        physical => metadata
+            .get("connect.name")
+            .or_else(|| metadata.get("connect.type"))
+            .and_then(|name| target(name, physical, semantics))
+            .unwrap_or_else(|| physical.clone()),
+    };
+    Ok(Arc::new(
+        Field::new(field.name(), data_type, field.is_nullable()).with_metadata(metadata),
+    ))
+}
+
+/// Gives a batch the types of `planned`, [`plan`]'s schema for the batch's own.
+pub(super) fn apply(
+    batch: RecordBatch,
+    planned: &SchemaRef,
+    semantics: Semantics,
+) -> Result<RecordBatch, DecodeError> {
     let schema = batch.schema();
-    let mut fields = Vec::with_capacity(schema.fields().len());
-    let mut columns = Vec::with_capacity(schema.fields().len());
-    for (field, column) in schema.fields().iter().zip(batch.columns()) {
-        let (f, c) = convert(field, column.clone(), None, semantics)?;
-        fields.push(f);
-        columns.push(c);
+    if schema.fields().len() != planned.fields().len() {
+        return Err(internal("a batch's schema is not the one planned"));
     }
-    let schema = Schema::new_with_metadata(fields, schema.metadata().clone());
-    RecordBatch::try_new(Arc::new(schema), columns).map_err(internal)
+    let columns = schema
+        .fields()
+        .iter()
+        .zip(planned.fields())
+        .zip(batch.columns())
+        .map(|((from, to), column)| convert(from, to, column.clone(), None, semantics))
+        .collect::<Result<Vec<_>, _>>()?;
+    RecordBatch::try_new(planned.clone(), columns).map_err(internal)
 }
 
 /// arrow-avro keeps unknown Avro attributes as JSON text: `"\"io.debezium.time.Date\""`.
@@ -187,8 +235,13 @@ fn postgres_infinities(column: ArrayRef) -> ArrayRef {
     use arrow_array::types::*;
     fn map<T: ArrowPrimitiveType>(a: &ArrayRef, f: impl Fn(T::Native) -> T::Native) -> ArrayRef {
         let values = a.as_primitive::<T>();
-        // Most batches hold no infinity: a scan, not a new buffer.
-        if values.values().iter().all(|&v| f(v) == v) {
+        // Most batches hold no infinity: a scan, not a new buffer; without an early exit, so
+        // that it runs on vectors.
+        if values
+            .values()
+            .iter()
+            .fold(true, |same, &v| same & (f(v) == v))
+        {
             return a.clone();
         }
         Arc::new(
@@ -274,20 +327,25 @@ fn hms(v: i64, per_second: i64) -> String {
     )
 }
 
-/// A decimal too wide for Arrow as {scale, value}: the struct of Debezium's
-/// `VariableScaleDecimal`, the scale the schema's, the value its two's-complement bytes.
-fn wide_decimal(
-    field: &FieldRef,
-    column: &ArrayRef,
-    scale: i32,
-    metadata: HashMap<String, String>,
-) -> Result<(Field, StructArray), DecodeError> {
-    let value = arrow_cast::cast(column, &DataType::Binary).map_err(internal)?;
-    let scales: ArrayRef = Arc::new(Int32Array::from(vec![scale; column.len()]));
-    let fields = Fields::from(vec![
+fn wide_decimal_fields() -> Fields {
+    Fields::from(vec![
         Field::new("scale", DataType::Int32, false),
         Field::new("value", DataType::Binary, false),
-    ]);
+    ])
+}
+
+/// The scale a wide decimal's field carries (its `lakesink.wide-decimal.scale`).
+fn wide_decimal_scale(value: Option<&String>) -> Result<i32, DecodeError> {
+    value
+        .and_then(|s| s.parse::<i32>().ok())
+        .ok_or_else(|| internal("a wide decimal's scale is not an int"))
+}
+
+/// A decimal too wide for Arrow as {scale, value}: the struct of Debezium's
+/// `VariableScaleDecimal`, the scale the schema's, the value its two's-complement bytes.
+fn wide_decimal(column: &ArrayRef, scale: i32) -> Result<StructArray, DecodeError> {
+    let value = arrow_cast::cast(column, &DataType::Binary).map_err(internal)?;
+    let scales: ArrayRef = Arc::new(Int32Array::from(vec![scale; column.len()]));
     // The children carry no nulls; the struct carries the column's.
     let value = match value.nulls() {
         Some(_) => {
@@ -301,104 +359,85 @@ fn wide_decimal(
         }
         None => value,
     };
-    let array = StructArray::try_new(fields.clone(), vec![scales, value], column.nulls().cloned())
-        .map_err(internal)?;
-    let field = Field::new(field.name(), DataType::Struct(fields), field.is_nullable())
-        .with_metadata(metadata);
-    Ok((field, array))
+    StructArray::try_new(
+        wide_decimal_fields(),
+        vec![scales, value],
+        column.nulls().cloned(),
+    )
+    .map_err(internal)
 }
 
-/// `outer` marks rows whose enclosing struct is null: their child values are placeholders
-/// (arrow-avro writes `""` and `0` there) and are not parsed.
+/// One column from `from`'s type to `to`'s, its planned field. `outer` marks rows whose
+/// enclosing struct is null: their child values are placeholders (arrow-avro writes `""` and
+/// `0` there) and are not parsed.
 fn convert(
-    field: &FieldRef,
+    from: &FieldRef,
+    to: &FieldRef,
     column: ArrayRef,
     outer: Option<&NullBuffer>,
     semantics: Semantics,
-) -> Result<(FieldRef, ArrayRef), DecodeError> {
-    let metadata = unquoted(field.metadata());
-    match field.data_type() {
-        DataType::Struct(children) => {
+) -> Result<ArrayRef, DecodeError> {
+    match (from.data_type(), to.data_type()) {
+        (DataType::Struct(children), DataType::Struct(planned))
+            if children.len() == planned.len() =>
+        {
             let s = column
                 .as_any()
                 .downcast_ref::<StructArray>()
                 .ok_or_else(|| internal("struct column is not a StructArray"))?;
-            let mut fields = Vec::with_capacity(children.len());
-            let mut columns = Vec::with_capacity(children.len());
             let nulls = NullBuffer::union(outer, s.nulls());
-            for (child, col) in children.iter().zip(s.columns()) {
-                let (f, c) = convert(child, col.clone(), nulls.as_ref(), semantics)?;
-                fields.push(f);
-                columns.push(c);
-            }
-            let fields = Fields::from(fields);
+            let columns = children
+                .iter()
+                .zip(planned)
+                .zip(s.columns())
+                .map(|((from, to), c)| convert(from, to, c.clone(), nulls.as_ref(), semantics))
+                .collect::<Result<Vec<_>, _>>()?;
             // With the length given, so a record of no fields keeps its rows.
             let array = StructArray::try_new_with_length(
-                fields.clone(),
+                planned.clone(),
                 columns,
                 s.nulls().cloned(),
                 s.len(),
             )
             .map_err(internal)?;
-            let field = Field::new(field.name(), DataType::Struct(fields), field.is_nullable())
-                .with_metadata(metadata);
-            Ok((Arc::new(field), Arc::new(array)))
+            Ok(Arc::new(array))
         }
-        DataType::List(item) => {
+        (DataType::List(item), DataType::List(planned)) => {
             let l = column
                 .as_any()
                 .downcast_ref::<ListArray>()
                 .ok_or_else(|| internal("list column is not a ListArray"))?;
             // List values do not line up with rows; a null list holds no values.
-            let (item, values) = convert(item, l.values().clone(), None, semantics)?;
+            let values = convert(item, planned, l.values().clone(), None, semantics)?;
             let array = ListArray::try_new(
-                item.clone(),
+                planned.clone(),
                 l.offsets().clone(),
                 values,
                 l.nulls().cloned(),
             )
             .map_err(internal)?;
-            let field = Field::new(field.name(), DataType::List(item), field.is_nullable())
-                .with_metadata(metadata);
-            Ok((Arc::new(field), Arc::new(array)))
+            Ok(Arc::new(array))
         }
-        DataType::Binary | DataType::FixedSizeBinary(_)
-            if metadata.contains_key(WIDE_DECIMAL_SCALE) =>
-        {
-            let scale = metadata
-                .get(WIDE_DECIMAL_SCALE)
-                .and_then(|s| s.parse::<i32>().ok())
-                .ok_or_else(|| internal("a wide decimal's scale is not an int"))?;
-            let (field, array) = wide_decimal(field, &column, scale, metadata)?;
-            Ok((Arc::new(field), Arc::new(array)))
+        (DataType::Binary | DataType::FixedSizeBinary(_), DataType::Struct(_)) => {
+            let scale = wide_decimal_scale(to.metadata().get(WIDE_DECIMAL_SCALE))?;
+            Ok(Arc::new(wide_decimal(&column, scale)?))
         }
-        physical => {
-            let target = metadata
-                .get("connect.name")
-                .or_else(|| metadata.get("connect.type"))
-                .and_then(|name| target(name, physical, semantics));
-            let (data_type, column) = match target {
-                Some(t @ DataType::Timestamp(_, Some(_))) => {
-                    let micros = zoned_timestamps(&column, outer)?;
-                    (t.clone(), Arc::new(micros.with_data_type(t)) as ArrayRef)
-                }
-                Some(t) => {
-                    let cast = arrow_cast::cast(&column, &t).map_err(internal)?;
-                    let cast = if semantics.postgres_infinities {
-                        postgres_infinities(cast)
-                    } else {
-                        cast
-                    };
-                    if semantics.connector_unknown {
-                        check_time_of_day(field.name(), &cast, outer)?;
-                    }
-                    (t, cast)
-                }
-                None => (physical.clone(), column),
+        (physical, planned) if physical == planned => Ok(column),
+        (_, t @ DataType::Timestamp(_, Some(_))) => {
+            let micros = zoned_timestamps(&column, outer)?;
+            Ok(Arc::new(micros.with_data_type(t.clone())))
+        }
+        (_, t) => {
+            let cast = arrow_cast::cast(&column, t).map_err(internal)?;
+            let cast = if semantics.postgres_infinities {
+                postgres_infinities(cast)
+            } else {
+                cast
             };
-            let field =
-                Field::new(field.name(), data_type, field.is_nullable()).with_metadata(metadata);
-            Ok((Arc::new(field), column))
+            if semantics.connector_unknown {
+                check_time_of_day(to.name(), &cast, outer)?;
+            }
+            Ok(cast)
         }
     }
 }
