@@ -348,7 +348,7 @@ pub(crate) fn routes(config: &NonDataConfig) -> Routes {
 
 /// A consumed record as the decoding side reads it: a message of librdkafka's, or one copied
 /// out of it (the pipeline's chunks, which cannot implement rdkafka's `Message`: it has an
-/// unsafe method, and this crate forbids unsafe code).
+/// unsafe method, and the workspace denies unsafe code outside measured hot paths).
 pub(crate) trait Incoming: Sync {
     type Headers: Headers + Sync;
     fn key(&self) -> Option<&[u8]>;
