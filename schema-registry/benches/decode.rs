@@ -1,7 +1,7 @@
 //! Decoding Debezium change events of a 20-column table (inserts: `after` only; updates:
 //! `before` and `after`; with the PostgreSQL `source` block, op, ts_ms) into Arrow: the direct
-//! decoder, the two-pass path (validation, then arrow-avro) it replaced, and apache-avro's
-//! `Value` path; and the whole `ChangeDecoder` (framing, the schema cache, the topic checks,
+//! decoder, the two-pass path (validation, then arrow-avro) it replaced, arrow-avro alone, and
+//! apache-avro's `Value` path; and the whole `ChangeDecoder` (framing, the schema cache, the topic checks,
 //! the change model) over Confluent-framed records. Run it on one core: `taskset -c 1 cargo
 //! bench …`.
 //!
@@ -273,6 +273,29 @@ fn events(c: &mut Criterion, update: bool) {
             |b| b.iter(|| black_box(push_all(&mut changes))),
         );
     }
+    // arrow-avro by itself, as its own benches run it: no check of each datum first (so a bad
+    // one can leave half a row in its builders), no Debezium types.
+    let mut store = arrow_avro::schema::SchemaStore::new();
+    let fingerprint = store
+        .register(arrow_avro::schema::AvroSchema::new(text.clone()))
+        .expect("schema");
+    let mut arrow_avro = arrow_avro::reader::ReaderBuilder::new()
+        .with_writer_schema_store(store)
+        .with_active_fingerprint(fingerprint)
+        .with_decoder_mode(arrow_avro::reader::DecoderMode::UnframedDatum)
+        .with_batch_size(BATCH)
+        .build_decoder()
+        .expect("decoder");
+    group.bench_function("arrow-avro 60 alone -> RecordBatch", |b| {
+        b.iter(|| {
+            for chunk in datums.chunks(BATCH) {
+                for d in chunk {
+                    arrow_avro.decode(d).expect("decode");
+                }
+                black_box(arrow_avro.flush().expect("flush"));
+            }
+        })
+    });
     group.bench_function("validate only", |b| {
         b.iter(|| {
             for d in &datums {
