@@ -144,6 +144,20 @@ impl Collapser {
         }
     }
 
+    /// Room for `rows` more keys: a table's rows arrive in batches of thousands, and growing
+    /// from empty (moving the entries and rehashing the index at each doubling) was a few
+    /// percent of a snapshot's apply.
+    pub(crate) fn reserve(&mut self, rows: usize) {
+        let (entries, hasher) = (&self.entries, &self.hasher);
+        self.index
+            .reserve(rows, |&i| hasher.hash_one(&entries[i].0));
+        self.entries.reserve(rows);
+        self.fresh.reserve(rows);
+        if self.soft {
+            self.marks.reserve(rows);
+        }
+    }
+
     /// An upsert of `at`, leaving the non-key columns in `untouched` as they are; the table
     /// has `ncols` non-key columns so far. `insert`: the event is a `c` or `r`. `moved`: the
     /// create of a key change, whose delete [`Self::delete`] was given the same `Move`.

@@ -683,6 +683,9 @@ fn table_index<'a>(
         tables[i].pk = pk;
         return Ok(i);
     }
+    if !pk.is_empty() {
+        work.collapser.reserve(v.b.rows.num_rows());
+    }
     work.pk = pk;
     index.insert(name, tables.len());
     tables.push(work);
