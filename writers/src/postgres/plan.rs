@@ -683,7 +683,10 @@ fn table_index<'a>(
         tables[i].pk = pk;
         return Ok(i);
     }
-    if !pk.is_empty() {
+    // A topic per table: its first row brings the table in, and the batch is that table's.
+    // A table that arrives later in a batch (a topic routed from several tables) grows as it
+    // goes, so one batch never reserves its rows for more than one table.
+    if !pk.is_empty() && row == 0 {
         work.collapser.reserve(v.b.rows.num_rows());
     }
     work.pk = pk;
