@@ -222,41 +222,9 @@ impl Column {
                 self.values.push_default();
                 return Ok(());
             } else {
-                return self.read_padded_branch(c);
+                return read_padded_branch(nullable, &mut self.values, c);
             }
         }
-        self.values.read(c)
-    }
-
-    /// A nullable value whose branch index is not the usual single byte: a padded varint
-    /// (legal, if no writer we know sends it), or an error.
-    #[cold]
-    #[inline(never)]
-    fn read_padded_branch(&mut self, c: &mut Cursor<'_>) -> Result<(), DatumError> {
-        let Some(Nullable {
-            null_byte,
-            validity,
-            ..
-        }) = &mut self.nulls
-        else {
-            return self.values.read(c);
-        };
-        let null_index = i64::from(*null_byte / 2);
-        let at = c.pos;
-        let index = c.long()?;
-        if index == null_index {
-            validity.append_null();
-            self.values.push_default();
-            return Ok(());
-        }
-        if index != 1 - null_index {
-            return Err(DatumError::BadUnionIndex {
-                at,
-                index,
-                branches: 2,
-            });
-        }
-        validity.append_non_null();
         self.values.read(c)
     }
 
@@ -282,6 +250,34 @@ impl Column {
         let nulls = self.nulls.as_mut().and_then(|n| n.validity.finish());
         self.values.finish(nulls)
     }
+}
+
+/// A nullable value whose branch index is not the usual single byte: a padded varint (legal,
+/// if no writer we know sends it), or an error.
+#[cold]
+#[inline(never)]
+fn read_padded_branch(
+    nullable: &mut Nullable,
+    values: &mut Values,
+    c: &mut Cursor<'_>,
+) -> Result<(), DatumError> {
+    let null_index = i64::from(nullable.null_byte / 2);
+    let at = c.pos;
+    let index = c.long()?;
+    if index == null_index {
+        nullable.validity.append_null();
+        values.push_default();
+        return Ok(());
+    }
+    if index != 1 - null_index {
+        return Err(DatumError::BadUnionIndex {
+            at,
+            index,
+            branches: 2,
+        });
+    }
+    nullable.validity.append_non_null();
+    values.read(c)
 }
 
 /// Takes a column's buffer, leaving an empty one with room for as many as it held.
