@@ -193,6 +193,8 @@ run() {
   local interval=${COMMIT_INTERVAL_MS:-10000} timeout=${TIMEOUT_SECONDS:-3600}
   local table; table=$(printf '%s' "$TOPIC" | tr -c 'A-Za-z0-9_' '_')
   local name; name="peer-iceberg-$table-$(date +%s)"
+  # lakesink's codec names, in Iceberg's write.parquet.compression-codec.
+  local peer_codec=${CODEC:-snappy}; [ "$peer_codec" = none ] && peer_codec=uncompressed
   fetch
 
   # Catalog: its own database in the replica PostgreSQL; a table left by an earlier run is dropped.
@@ -242,7 +244,7 @@ SQL
   "iceberg.tables": "peer.$table",
   "iceberg.tables.auto-create-enabled": "true",
   "iceberg.tables.auto-create-props.write.format.default": "parquet",
-  "iceberg.tables.auto-create-props.write.parquet.compression-codec": "snappy",
+  "iceberg.tables.auto-create-props.write.parquet.compression-codec": "$peer_codec",
   "iceberg.control.topic": "peer-iceberg-control",
   "iceberg.control.group-id-prefix": "$name-control",
   "iceberg.control.commit.interval-ms": "$interval",
@@ -292,7 +294,7 @@ objs = [l.split(" ", 1) for l in open(sys.argv[10]).read().splitlines() if l.str
 data = [(int(s), k) for s, k in objs if k.endswith(".parquet")]
 wall = (t1 - t0) / 1000
 tasks = ",".join(t["state"] for t in state.get("tasks", []))
-print(f"peer                 Iceberg $ICEBERG_VERSION Kafka Connect sink (Parquet, snappy), Connect $KAFKA_VERSION standalone")
+print(f"peer                 Iceberg $ICEBERG_VERSION Kafka Connect sink (Parquet, $peer_codec), Connect $KAFKA_VERSION standalone")
 print(f"peer settings        tasks.max $PARTITIONS, max.poll.records ${PEER_MAX_POLL_RECORDS:-10000}, fetch.max.bytes 100 MiB, max.partition.fetch.bytes 10 MiB, 2 GiB G1 heap")
 print(f"connector state      {state.get('connector', {}).get('state')} tasks {tasks}")
 print(f"records              {recs}")

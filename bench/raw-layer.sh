@@ -10,6 +10,8 @@
 #   RUN_RAW=0 bench/raw-layer.sh        the lake sink and the peer only (RUN_LAKE=0: no lake)
 #   BENCH_TOPIC=t BUILD=0 LAKESINK_BIN=path bench/raw-layer.sh   another build, an earlier topic
 #   SHAPE=wide bench/raw-layer.sh       the 32-column table, ~1.2 KB a record (10 columns: ~185 B)
+#   CODEC=zstd bench/raw-layer.sh       every side's Parquet codec (snappy by default; zstd is the
+#                                       codec of the published Confluent S3 sink figures)
 #   FETCH=default RAW_OPTIONS='memory-budget-bytes = 134217728' bench/raw-layer.sh
 #                                       lakesink's own fetch sizes (not the peer's), a [raw] key
 #   KAFKA_PROPERTIES='"queued.min.messages" = "10000"' bench/raw-layer.sh   more consumer properties
@@ -17,6 +19,8 @@
 #   RECORDS=50000000 FLUSH_SIZE=125000 bench/raw-layer.sh   a 10x backlog, files as at 5M
 #   LAKESINK_ENV='MALLOC_MMAP_THRESHOLD_=4194304' bench/raw-layer.sh   variables for the lakesink
 #                                       processes only (that one: as the container image runs it)
+#   RAW_DIR=/mnt/x bench/raw-layer.sh   the raw layer to a local directory (file://) instead of the
+#                                       S3 server, whose CPU then no longer shares the machine
 #   KEEP_OBJECTS=1 bench/raw-layer.sh   keep each side's files on the S3 server (by default they
 #                                       are deleted once listed and counted)
 #
@@ -40,6 +44,10 @@ RECORDS=${RECORDS:-5000000}
 SHAPE=${SHAPE:-narrow}
 case $SHAPE in narrow) shape_arg=() ;; wide) shape_arg=(wide) ;; *) die "SHAPE is narrow or wide, not $SHAPE" ;; esac
 PARTITIONS=${PARTITIONS:-8}
+# One Parquet codec for lakesink's raw layer, its lake table and the peer.
+CODEC=${CODEC:-snappy}
+case $CODEC in snappy|zstd|gzip|lz4|none) ;; *) die "CODEC is snappy, zstd, gzip, lz4 or none, not $CODEC" ;; esac
+export CODEC
 # lakesink processes in the consumer group (the scaling measurement): each takes its share of
 # the partitions, as separate machines would.
 INSTANCES=${INSTANCES:-1}
@@ -169,23 +177,38 @@ if [ "$RUN_RAW" = 1 ]; then
   # Per run: a topic timed again (BENCH_TOPIC) must not find the files of an earlier run, which
   # the raw layer would resume from instead of writing them.
   prefix=bench/lakesink/$TOPIC/$stamp
+  if [ -n "${RAW_DIR:-}" ]; then
+    out_dir=$RAW_DIR/$prefix
+    mkdir -p "$out_dir" || die "cannot create $out_dir"
+    url="file://$out_dir" store=""
+  else
+    url="s3://$BUCKET/$prefix" store=$(store_section raw)
+  fi
   config raw "[raw]
-url = \"s3://$BUCKET/$prefix\"
+url = \"$url\"
 flush-size = $flush
-codec = \"snappy\"
+codec = \"$CODEC\"
 $RAW_OPTIONS
 
-$(store_section raw)"
-  say "lakesink raw layer: flush-size $flush, objects under s3://$BUCKET/$prefix/"
-  timed raw "raw layer (Parquet, snappy)"
-  s3_list "$prefix" >"$work/objects.txt" || die "cannot list s3://$BUCKET/$prefix/"
+$store"
+  say "lakesink raw layer: flush-size $flush, files under $url/"
+  timed raw "raw layer (Parquet, $CODEC${RAW_DIR:+, local directory})"
+  if [ -n "${RAW_DIR:-}" ]; then
+    find "$out_dir" -type f -printf '%s %P\n' >"$work/objects.txt"
+  else
+    s3_list "$prefix" >"$work/objects.txt" || die "cannot list s3://$BUCKET/$prefix/"
+  fi
   python3 - "$work/objects.txt" <<P | tee -a "$work/raw.txt"
 import sys
 objs = [l.split(" ", 1) for l in open(sys.argv[1]).read().splitlines() if l.strip()]
 data = [(int(s), k) for s, k in objs if k.endswith(".parquet")]
 print(f"parquet data files   {len(data)} ({sum(s for s, _ in data) / 1048576:.1f} MiB)")
 P
-  s3_drop_listed "$work/objects.txt"
+  if [ -n "${RAW_DIR:-}" ]; then
+    [ "${KEEP_OBJECTS:-0}" = 1 ] || { rm -rf "$out_dir"; say "deleted $out_dir (KEEP_OBJECTS=1 keeps it)"; }
+  else
+    s3_drop_listed "$work/objects.txt"
+  fi
 fi
 
 if [ "$RUN_LAKE" = 1 ]; then
@@ -198,11 +221,11 @@ catalog-name = \"bench_$stamp\"
 warehouse = \"s3://$BUCKET/$lake_prefix\"
 namespace = \"bench\"
 commit-interval-ms = $COMMIT_INTERVAL_MS
-codec = \"snappy\"
+codec = \"$CODEC\"
 
 $(store_section lake)"
   say "lakesink lake table: SQL catalog bench_$stamp, warehouse s3://$BUCKET/$lake_prefix/"
-  timed lake "lake table (Iceberg v2, Parquet snappy, SQL catalog, commit every $COMMIT_INTERVAL_MS ms)"
+  timed lake "lake table (Iceberg v2, Parquet $CODEC, SQL catalog, commit every $COMMIT_INTERVAL_MS ms)"
   s3_list "$lake_prefix" >"$work/lake-objects.txt" || die "cannot list s3://$BUCKET/$lake_prefix/"
   python3 - "$work/lake-objects.txt" <<P | tee -a "$work/lake.txt"
 import sys
