@@ -17,6 +17,8 @@ use parquet::file::metadata::ParquetMetaData;
 use parquet::file::properties::WriterProperties;
 use parquet::file::statistics::Statistics;
 
+use crate::parquet::{ParallelWriter, encode_threads};
+
 /// Writer settings for lake files: the raw layer's.
 pub fn properties(codec: Codec, row_group_rows: usize) -> WriterProperties {
     crate::parquet::writer_properties(codec, row_group_rows)
@@ -24,7 +26,7 @@ pub fn properties(codec: Codec, row_group_rows: usize) -> WriterProperties {
 
 /// One file being encoded in memory.
 pub struct OpenFile {
-    writer: ArrowWriter<Vec<u8>>,
+    writer: ParallelWriter,
     schema: SchemaRef,
     rows: u64,
 }
@@ -44,6 +46,7 @@ impl OpenFile {
             .with_properties(props)
             .with_skip_arrow_metadata(true);
         let writer = ArrowWriter::try_new_with_options(Vec::new(), schema.clone(), options)
+            .and_then(|w| ParallelWriter::new(w, schema.clone(), encode_threads()))
             .map_err(|e| e.to_string())?;
         Ok(Self {
             writer,

@@ -12,6 +12,7 @@ use object_store::{ObjectStore, ObjectStoreExt, WriteMultipart};
 use parquet::arrow::ArrowWriter;
 use parquet::file::properties::WriterProperties;
 
+use super::parallel::{self, ParallelWriter};
 use crate::failpoint;
 
 /// Part uploads in flight per file.
@@ -22,7 +23,7 @@ pub(crate) struct FileWriter {
     pub(crate) schema: SchemaRef,
     pub(crate) encoded: Arc<str>,
     pub(crate) rows: u64,
-    writer: ArrowWriter<Vec<u8>>,
+    writer: ParallelWriter,
     multipart: Option<WriteMultipart>,
     part_size: usize,
     /// Bytes already handed to the multipart upload.
@@ -50,7 +51,11 @@ impl FileWriter {
         part_size: usize,
     ) -> Result<Self, parquet::errors::ParquetError> {
         Ok(Self {
-            writer: ArrowWriter::try_new(Vec::new(), schema.clone(), Some(props))?,
+            writer: ParallelWriter::new(
+                ArrowWriter::try_new(Vec::new(), schema.clone(), Some(props))?,
+                schema.clone(),
+                parallel::threads(),
+            )?,
             key,
             schema,
             encoded,

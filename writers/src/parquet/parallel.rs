@@ -1,0 +1,462 @@
+//! A Parquet file encoded as parquet's `ArrowWriter` encodes it, byte for byte, but with a
+//! large batch's columns encoded (and their pages compressed) on more than one thread.
+//!
+//! Encoding and compression are most of the raw layer's CPU, and `ArrowWriter` does them on
+//! the sink's one task: with the S3 server elsewhere, a wide table's files were written by one
+//! core while the other waited. A row group's column writers are independent (parquet's own
+//! `ArrowColumnWriter` example encodes them in parallel), so each large write hands them out
+//! to scoped threads, and the chunks are appended in column order, as `ArrowWriter` would.
+
+use std::sync::{Mutex, OnceLock};
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use parquet::arrow::ArrowWriter;
+use parquet::arrow::arrow_writer::{
+    ArrowColumnChunk, ArrowColumnWriter, ArrowRowGroupWriterFactory, compute_leaves,
+};
+use parquet::errors::{ParquetError, Result};
+use parquet::file::metadata::ParquetMetaData;
+use parquet::file::writer::SerializedFileWriter;
+
+/// Values (rows times leaf columns) below which a write stays on the calling thread: starting
+/// a thread costs tens of microseconds, a small batch's encoding about as much.
+const PARALLEL_VALUES: usize = 16 * 1024;
+
+/// The threads a file's batch is encoded on: the cores this process may use (a container's
+/// CPU quota included), read once.
+pub(crate) fn threads() -> usize {
+    static THREADS: OnceLock<usize> = OnceLock::new();
+    *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+pub(crate) struct ParallelWriter {
+    writer: SerializedFileWriter<Vec<u8>>,
+    factory: ArrowRowGroupWriterFactory,
+    schema: SchemaRef,
+    max_rows: Option<usize>,
+    group: Option<RowGroup>,
+    threads: usize,
+}
+
+/// The row group being encoded.
+struct RowGroup {
+    writers: Vec<ArrowColumnWriter>,
+    rows: usize,
+}
+
+impl ParallelWriter {
+    /// Takes over `writer` (fresh: nothing written yet, made for `schema`), which has set up
+    /// the file's Parquet schema, properties and Arrow metadata; `threads` at most encode a
+    /// batch.
+    pub(crate) fn new(
+        writer: ArrowWriter<Vec<u8>>,
+        schema: SchemaRef,
+        threads: usize,
+    ) -> Result<Self> {
+        let (writer, factory) = writer.into_serialized_writer()?;
+        let props = writer.properties();
+        // Only the row limit is implemented below; the others would be ignored silently.
+        if props.max_row_group_bytes().is_some() || props.content_defined_chunking().is_some() {
+            return Err(ParquetError::General(
+                "the parallel writer takes no row group byte limit and no content-defined chunking"
+                    .into(),
+            ));
+        }
+        let max_rows = props.max_row_group_row_count();
+        Ok(Self {
+            writer,
+            factory,
+            schema,
+            max_rows,
+            group: None,
+            threads: threads.max(1),
+        })
+    }
+
+    /// Encodes `batch`, into as many row groups as the row limit makes it (`ArrowWriter`'s
+    /// split: the open group is filled first).
+    pub(crate) fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        let mut rest = batch.clone();
+        while rest.num_rows() > 0 {
+            let group = match &mut self.group {
+                Some(g) => g,
+                none => none.insert(RowGroup {
+                    writers: self
+                        .factory
+                        .create_column_writers(self.writer.flushed_row_groups().len())?,
+                    rows: 0,
+                }),
+            };
+            let take = match self.max_rows {
+                Some(max) => rest.num_rows().min(max.saturating_sub(group.rows)),
+                None => rest.num_rows(),
+            };
+            if take > 0 {
+                group.write(&self.schema, &rest.slice(0, take), self.threads)?;
+                rest = rest.slice(take, rest.num_rows() - take);
+            }
+            if self.max_rows.is_some_and(|max| group.rows >= max) {
+                self.flush()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Closes the open row group, if any.
+    pub(crate) fn flush(&mut self) -> Result<()> {
+        let Some(group) = self.group.take() else {
+            return Ok(());
+        };
+        let threads = if group.rows * group.writers.len() >= PARALLEL_VALUES {
+            self.threads
+        } else {
+            1
+        };
+        let chunks: Vec<ArrowColumnChunk> = each(group.writers, threads, ArrowColumnWriter::close)
+            .into_iter()
+            .collect::<Result<_>>()?;
+        let mut row_group = self.writer.next_row_group()?;
+        for chunk in chunks {
+            chunk.append_to_row_group(&mut row_group)?;
+        }
+        row_group.close()?;
+        Ok(())
+    }
+
+    /// `ArrowWriter::memory_size`: the open row group's buffered pages and encoders.
+    pub(crate) fn memory_size(&self) -> usize {
+        self.group.as_ref().map_or(0, |g| {
+            g.writers.iter().map(ArrowColumnWriter::memory_size).sum()
+        })
+    }
+
+    /// `ArrowWriter::in_progress_size`: the open row group's estimated encoded size.
+    pub(crate) fn in_progress_size(&self) -> usize {
+        self.group.as_ref().map_or(0, |g| {
+            g.writers
+                .iter()
+                .map(ArrowColumnWriter::get_estimated_total_bytes)
+                .sum()
+        })
+    }
+
+    pub(crate) fn bytes_written(&self) -> usize {
+        self.writer.bytes_written()
+    }
+
+    pub(crate) fn inner(&self) -> &Vec<u8> {
+        self.writer.inner()
+    }
+
+    /// The bytes written so far; taking them is safe, the writer counts offsets itself.
+    pub(crate) fn inner_mut(&mut self) -> &mut Vec<u8> {
+        self.writer.inner_mut()
+    }
+
+    /// Closes the last row group and writes the footer.
+    pub(crate) fn finish(&mut self) -> Result<ParquetMetaData> {
+        self.flush()?;
+        self.writer.finish()
+    }
+
+    /// Closes the last row group, writes the footer, and returns what was not yet taken.
+    pub(crate) fn into_inner(mut self) -> Result<Vec<u8>> {
+        self.flush()?;
+        self.writer.into_inner()
+    }
+}
+
+impl RowGroup {
+    fn write(&mut self, schema: &SchemaRef, batch: &RecordBatch, threads: usize) -> Result<()> {
+        let mut leaves = Vec::with_capacity(self.writers.len());
+        for (field, column) in schema.fields().iter().zip(batch.columns()) {
+            leaves.extend(compute_leaves(field, column)?);
+        }
+        if leaves.len() != self.writers.len() {
+            return Err(ParquetError::General(format!(
+                "{} leaf columns for {} column writers",
+                leaves.len(),
+                self.writers.len()
+            )));
+        }
+        self.rows += batch.num_rows();
+        let threads = if batch.num_rows() * leaves.len() >= PARALLEL_VALUES {
+            threads
+        } else {
+            1
+        };
+        let jobs: Vec<_> = self.writers.iter_mut().zip(leaves).collect();
+        each(jobs, threads, |(writer, leaf)| writer.write(&leaf))
+            .into_iter()
+            .collect()
+    }
+}
+
+/// `f` of every item, in the items' order, on up to `threads` threads (the caller's one of
+/// them), each taking the next item as it finishes one: columns differ in cost by orders of
+/// magnitude, so a fixed split would leave threads idle. Scoped threads rather than a pool
+/// crate: the one call site blocks until its items are done, and no threads idle between
+/// batches.
+fn each<T: Send, R: Send>(items: Vec<T>, threads: usize, f: impl Fn(T) -> R + Sync) -> Vec<R> {
+    let n = items.len();
+    let helpers = threads.min(n).saturating_sub(1);
+    if helpers == 0 {
+        return items.into_iter().map(f).collect();
+    }
+    let queue = Mutex::new(items.into_iter().enumerate());
+    let work = || {
+        let mut done = Vec::new();
+        loop {
+            // A poisoned lock means another thread panicked; scope re-raises that panic.
+            let next = match queue.lock() {
+                Ok(mut q) => q.next(),
+                Err(_) => None,
+            };
+            let Some((i, item)) = next else {
+                return done;
+            };
+            done.push((i, f(item)));
+        }
+    };
+    let mut all = std::thread::scope(|s| {
+        // A helper the system cannot start leaves its share to the others.
+        let handles: Vec<_> = (0..helpers)
+            .filter_map(|_| {
+                std::thread::Builder::new()
+                    .name("lakesink-encode".into())
+                    .spawn_scoped(s, work)
+                    .ok()
+            })
+            .collect();
+        let mut all = work();
+        for h in handles {
+            // A helper's panic is re-raised here, as it would have been on this thread.
+            match h.join() {
+                Ok(done) => all.extend(done),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        all
+    });
+    // Every item was taken from the queue exactly once.
+    all.sort_unstable_by_key(|&(i, _)| i);
+    all.into_iter().map(|(_, r)| r).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::builder::{Int32Builder, ListBuilder};
+    use arrow_array::{
+        ArrayRef, BinaryArray, Decimal128Array, Float64Array, Int64Array, StringArray, StructArray,
+        TimestampMicrosecondArray,
+    };
+    use arrow_schema::{DataType, Field, Fields, Schema};
+    use lakesink_config::Codec;
+    use parquet::arrow::arrow_writer::ArrowWriterOptions;
+    use parquet::file::properties::WriterProperties;
+
+    use super::*;
+
+    /// A table with every kind of leaf the raw layer writes: plain, nullable, long strings
+    /// (past the dictionary limit, so pages fall back to plain), a list and a struct.
+    fn batch(rows: usize, seed: u64) -> RecordBatch {
+        let mut x = seed;
+        let mut next = move || {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            x >> 33
+        };
+        let ids = Int64Array::from_iter_values((0..rows).map(|_| next() as i64));
+        let status = StringArray::from_iter((0..rows).map(|i| match next() % 5 {
+            0 => None,
+            n => Some(["new", "paid", "shipped", "gone"][n as usize - 1].repeat(1 + i % 2)),
+        }));
+        let text =
+            StringArray::from_iter_values((0..rows).map(|_| format!("{:x}", next()).repeat(8)));
+        let amount = Float64Array::from_iter(
+            (0..rows).map(|_| (next() % 7 != 0).then(|| next() as f64 / 3.0)),
+        );
+        let at = TimestampMicrosecondArray::from_iter_values((0..rows).map(|_| next() as i64))
+            .with_timezone("UTC");
+        let money =
+            Decimal128Array::from_iter_values((0..rows).map(|_| next() as i128 - (1 << 30)))
+                .with_precision_and_scale(20, 4)
+                .unwrap();
+        let blob = BinaryArray::from_iter_values((0..rows).map(|_| next().to_le_bytes()));
+        let mut tags = ListBuilder::new(Int32Builder::new());
+        for _ in 0..rows {
+            match next() % 4 {
+                0 => tags.append_null(),
+                n => {
+                    for _ in 0..n {
+                        tags.values().append_value(next() as i32);
+                    }
+                    tags.append(true);
+                }
+            }
+        }
+        let inner = Fields::from(vec![
+            Field::new("a", DataType::Utf8, true),
+            Field::new("b", DataType::Int64, false),
+        ]);
+        let nested = StructArray::new(
+            inner.clone(),
+            vec![
+                Arc::new(StringArray::from_iter(
+                    (0..rows).map(|_| (next() % 3 != 0).then(|| format!("{}", next() % 100))),
+                )) as ArrayRef,
+                Arc::new(Int64Array::from_iter_values(
+                    (0..rows).map(|_| next() as i64),
+                )),
+            ],
+            None,
+        );
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(ids),
+            Arc::new(status),
+            Arc::new(text),
+            Arc::new(amount),
+            Arc::new(at),
+            Arc::new(money),
+            Arc::new(blob),
+            Arc::new(tags.finish()),
+            Arc::new(nested),
+        ];
+        let schema = Schema::new(
+            columns
+                .iter()
+                .enumerate()
+                .map(|(i, c)| Field::new(format!("c{i}"), c.data_type().clone(), true))
+                .collect::<Vec<_>>(),
+        );
+        RecordBatch::try_new(Arc::new(schema), columns).unwrap()
+    }
+
+    const SIZES: [usize; 7] = [3, 9000, 30000, 1, 0, 7000, 20000];
+
+    fn props() -> WriterProperties {
+        crate::parquet::writer_properties(Codec::Snappy, 16 * 1024)
+    }
+
+    /// What parquet's own writer makes of the batches, the bytes taken after each write as the
+    /// raw layer streams them, then the tail.
+    fn expected(options: ArrowWriterOptions) -> Vec<u8> {
+        let schema = batch(1, 0).schema();
+        let mut w = ArrowWriter::try_new_with_options(Vec::new(), schema, options).unwrap();
+        let mut out = Vec::new();
+        for (i, n) in SIZES.into_iter().enumerate() {
+            w.write(&batch(n, i as u64)).unwrap();
+            out.append(w.inner_mut());
+        }
+        out.extend(w.into_inner().unwrap());
+        out
+    }
+
+    fn parallel(options: ArrowWriterOptions, threads: usize) -> Vec<u8> {
+        let schema = batch(1, 0).schema();
+        let reference =
+            ArrowWriter::try_new_with_options(Vec::new(), schema.clone(), options.clone()).unwrap();
+        let mut reference = Some(reference);
+        let w = ArrowWriter::try_new_with_options(Vec::new(), schema.clone(), options).unwrap();
+        let mut w = ParallelWriter::new(w, schema, threads).unwrap();
+        let mut out = Vec::new();
+        for (i, n) in SIZES.into_iter().enumerate() {
+            let b = batch(n, i as u64);
+            w.write(&b).unwrap();
+            // The sizes the raw layer rotates and budgets by are parquet's own.
+            let r = reference.as_mut().unwrap();
+            r.write(&b).unwrap();
+            assert_eq!(w.memory_size(), r.memory_size(), "memory after batch {i}");
+            assert_eq!(
+                w.in_progress_size(),
+                r.in_progress_size(),
+                "in progress after batch {i}"
+            );
+            assert_eq!(
+                w.bytes_written(),
+                r.bytes_written(),
+                "bytes after batch {i}"
+            );
+            out.append(w.inner_mut());
+        }
+        out.extend(w.into_inner().unwrap());
+        out
+    }
+
+    #[test]
+    fn files_are_parquets_own_byte_for_byte() {
+        for options in [
+            ArrowWriterOptions::new().with_properties(props()),
+            // The lake's files: no Arrow schema in the footer.
+            ArrowWriterOptions::new()
+                .with_properties(props())
+                .with_skip_arrow_metadata(true),
+        ] {
+            let want = expected(options.clone());
+            for threads in [1, 2, 3, 8] {
+                let got = parallel(options.clone(), threads);
+                assert!(
+                    got == want,
+                    "{threads} threads: {} bytes, parquet's {}",
+                    got.len(),
+                    want.len()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_file_reads_back_with_every_row_group() {
+        let schema = batch(1, 0).schema();
+        let w = ArrowWriter::try_new(Vec::new(), schema.clone(), Some(props())).unwrap();
+        let mut w = ParallelWriter::new(w, schema, 4).unwrap();
+        let written: Vec<RecordBatch> = SIZES
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| batch(n, i as u64))
+            .collect();
+        for b in &written {
+            w.write(b).unwrap();
+        }
+        let bytes = bytes::Bytes::from(w.into_inner().unwrap());
+        let reader =
+            parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes).unwrap();
+        // 16 Ki-row groups: 69,011 rows in five.
+        assert_eq!(reader.metadata().num_row_groups(), 5);
+        let read: Vec<RecordBatch> = reader.build().unwrap().map(Result::unwrap).collect();
+        let schema = written[0].schema();
+        let want = arrow_select::concat::concat_batches(&schema, &written).unwrap();
+        let got = arrow_select::concat::concat_batches(&read[0].schema(), &read).unwrap();
+        assert_eq!(got.num_rows(), want.num_rows());
+        assert_eq!(got.columns(), want.columns());
+    }
+
+    #[test]
+    fn a_byte_limit_is_refused_not_ignored() {
+        let schema = batch(1, 0).schema();
+        let props = WriterProperties::builder()
+            .set_max_row_group_bytes(Some(1 << 20))
+            .build();
+        let w = ArrowWriter::try_new(Vec::new(), schema.clone(), Some(props)).unwrap();
+        assert!(ParallelWriter::new(w, schema, 2).is_err());
+    }
+
+    #[test]
+    fn each_keeps_the_items_order() {
+        for threads in [1, 2, 5, 64] {
+            let got = each((0..1000u64).collect(), threads, |i| {
+                // Uneven costs, as columns have.
+                (0..(i % 7) * 1000).fold(i, |a, b| a.wrapping_mul(31).wrapping_add(b)) ^ i
+            });
+            let want: Vec<u64> = (0..1000u64)
+                .map(|i| (0..(i % 7) * 1000).fold(i, |a, b| a.wrapping_mul(31).wrapping_add(b)) ^ i)
+                .collect();
+            assert_eq!(got, want, "{threads} threads");
+        }
+        assert!(each(Vec::<u8>::new(), 4, |x| x).is_empty());
+    }
+}
