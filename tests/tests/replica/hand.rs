@@ -396,6 +396,36 @@ async fn a_second_snapshot_of_stored_rows_upserts_them() {
 }
 
 #[tokio::test]
+async fn a_tombstone_opening_the_next_batch_of_an_apply_deletes_in_its_partitions_table() {
+    let (r, schema) = replicator(|_| {}).await;
+    let topic = format!("{schema}.public.split");
+    // One apply of three batches of one partition, as a lane hands them over: the table is
+    // named from the source block, which a tombstone lacks, so it goes to the table of its
+    // partition's last row, here in the batch before. A tombstone with no delete before it
+    // (as after a compaction) shows that it was applied, not skipped.
+    let b1 = batch(
+        &topic,
+        0,
+        "split",
+        &[ev(0, "r", 1, "a", "n1"), ev(1, "r", 2, "b", "n2")],
+        false,
+    );
+    let b2 = batch(
+        &topic,
+        0,
+        "split",
+        &[del(2, 1, true), ev(3, "c", 3, "c", "n3")],
+        false,
+    );
+    let b3 = batch(&topic, 0, "split", &[del(4, 3, true)], false);
+    r.apply("g", &[b1, b2, b3]).await.expect("apply");
+    assert_eq!(
+        table(&r, &schema, "split").await,
+        vec![row(2, "b", "n2", "1.01")]
+    );
+}
+
+#[tokio::test]
 async fn keyless_tables_insert_once() {
     let (r, schema) = replicator(|_| {}).await;
     let topic = format!("{schema}.public.nokey");

@@ -428,8 +428,25 @@ pub(crate) fn plan<'a>(
     let mut index: HashMap<TableName, usize> = HashMap::new();
     // A tombstone has no source block: it goes where its partition's last row went.
     let mut last_table: HashMap<(&str, i32), usize> = HashMap::new();
+    // Topics whose first table was given room for the topic's rows in this apply.
+    let mut roomed: Vec<&str> = Vec::new();
     for (bi, b) in batches.iter().enumerate() {
+        // A topic per table: the table a topic's first batch starts with takes all the topic's
+        // rows in the apply, so its collapser does not grow (moving its entries and rehashing
+        // at each doubling) batch after batch. Any other table of a topic routed from several
+        // grows as it goes, so the rows are reserved once at most.
+        let mut room = 0;
+        if !roomed.contains(&&*b.topic) {
+            roomed.push(&b.topic);
+            room = batches[bi..]
+                .iter()
+                .filter(|x| x.topic == b.topic)
+                .map(|x| x.rows.num_rows())
+                .sum();
+        }
         let bi = bi as u32;
+        // The table of this batch's last row so far, kept in `last_table` when the batch ends.
+        let mut last: Option<usize> = None;
         let v = View::new(b).map_err(|reason| bad_batch(b, reason))?;
         let from = stored
             .get(&TopicPartition::new(b.topic.clone(), b.partition))
@@ -459,24 +476,25 @@ pub(crate) fn plan<'a>(
                 continue; // `m`: a logical decoding message, not a row
             }
             // Which table.
+            let room = if row == 0 { room } else { 0 };
             let ti = if tombstone {
-                match last_table.get(&(&*b.topic, b.partition)) {
-                    Some(&t) => t,
+                match last.or_else(|| last_table.get(&(&*b.topic, b.partition)).copied()) {
+                    Some(t) => t,
                     None if !rules.template.uses_source() => {
-                        table_index(rules, &v, row, &mut tables, &mut index, offset, false)?
+                        table_index(rules, &v, row, &mut tables, &mut index, false, room)?
                     }
                     None => continue, // its delete came in an earlier call and did the work
                 }
             } else if let Some(t) = fixed_name {
                 t
             } else {
-                let t = table_index(rules, &v, row, &mut tables, &mut index, offset, op == "t")?;
+                let t = table_index(rules, &v, row, &mut tables, &mut index, op == "t", room)?;
                 if !rules.template.uses_source() {
                     fixed_name = Some(t);
                 }
                 t
             };
-            last_table.insert((&*b.topic, b.partition), ti);
+            last = Some(ti);
             let work = &mut tables[ti];
             if work.skip {
                 continue;
@@ -611,21 +629,26 @@ pub(crate) fn plan<'a>(
                 }
             }
         }
+        if let Some(t) = last {
+            last_table.insert((&*b.topic, b.partition), t);
+        }
     }
     tables.retain(|t| !t.skip);
     Ok(tables)
 }
 
-/// The table of a row, registering new tables with their key columns.
+/// The table of a row, registering new tables with their key columns; a new keyed table's
+/// collapser gets `room` for that many keys.
 fn table_index<'a>(
     rules: &Rules,
     v: &View<'a>,
     row: usize,
     tables: &mut Vec<TableWork<'a>>,
     index: &mut HashMap<TableName, usize>,
-    offset: i64,
     truncate: bool,
+    room: usize,
 ) -> Result<usize, ReplicaError> {
+    let offset = v.offsets[row];
     let src = NameSource {
         topic: &v.b.topic,
         db: v.source_field("db", row),
@@ -683,11 +706,8 @@ fn table_index<'a>(
         tables[i].pk = pk;
         return Ok(i);
     }
-    // A topic per table: its first row brings the table in, and the batch is that table's.
-    // A table that arrives later in a batch (a topic routed from several tables) grows as it
-    // goes, so one batch never reserves its rows for more than one table.
-    if !pk.is_empty() && row == 0 {
-        work.collapser.reserve(v.b.rows.num_rows());
+    if !pk.is_empty() && room > 0 {
+        work.collapser.reserve(room);
     }
     work.pk = pk;
     index.insert(name, tables.len());
