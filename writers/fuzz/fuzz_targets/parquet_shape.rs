@@ -1,9 +1,9 @@
 //! Arbitrary records of a Debezium-like topic (key and envelope, with the SQL Server or the
 //! PostgreSQL `source`, tombstones included) through `ChangeDecoder`, then every batch it
 //! makes through the raw layer's shaping (envelope and flattened content, tombstones split
-//! off) and parquet's `ArrowWriter`, and through the lake's: Iceberg types, schema evolution
-//! against the first batch's table, the rows conformed to the table, a data file and its
-//! manifest entry with bounds. A refusal is an error, never a panic; a batch Iceberg can type
+//! off) and parquet's `ArrowWriter` (against lakesink's `ParallelWriter`, byte for byte), and
+//! through the lake's: Iceberg types, schema evolution against the first batch's table, the
+//! rows conformed to the table, a data file and its manifest entry with bounds. A refusal is an error, never a panic; a batch Iceberg can type
 //! is written and described.
 #![no_main]
 
@@ -17,9 +17,11 @@ use lakesink_schema_registry::{
 };
 use lakesink_writers::lake::files::{OpenFile, data_file, properties};
 use lakesink_writers::lake::types::{conform, evolution, iceberg_schema};
+use lakesink_writers::parquet::ParallelWriter;
 use lakesink_writers::parquet::content::{shape, shape_apart, tombstones_alone};
 use libfuzzer_sys::fuzz_target;
 use parquet::arrow::ArrowWriter;
+use parquet::file::properties::WriterProperties;
 
 const KEY: &str = r#"{"type":"record","name":"Key","namespace":"fuzz.dbo.t","fields":[
  {"name":"id","type":"long"},
@@ -80,14 +82,37 @@ fn now<F: Future>(f: F) -> F::Output {
     }
 }
 
+/// Through parquet's `ArrowWriter`, and through lakesink's `ParallelWriter` with every write on
+/// three threads and small row groups: the files must be the same bytes.
 fn parquet(rows: &arrow_array::RecordBatch) {
-    let mut w = ArrowWriter::try_new(Vec::new(), rows.schema(), None).expect("writer");
+    let props = || {
+        Some(
+            WriterProperties::builder()
+                .set_max_row_group_row_count(Some(3))
+                .build(),
+        )
+    };
+    let mut w = ArrowWriter::try_new(Vec::new(), rows.schema(), props()).expect("writer");
     w.write(rows).expect("a shaped batch is writable");
-    w.close().expect("closes");
+    let want = w.into_inner().expect("closes");
+    let w = ArrowWriter::try_new(Vec::new(), rows.schema(), props()).expect("writer");
+    let mut p = ParallelWriter::new(w, rows.schema(), 3)
+        .expect("parallel writer")
+        .with_min_values(0);
+    p.write(rows)
+        .expect("a shaped batch is writable in parallel");
+    let got = p.into_inner().expect("closes in parallel");
+    assert!(
+        got == want,
+        "the parallel writer's file differs from ArrowWriter's"
+    );
 }
 
 fn write(batch: &ChangeBatch, tables: &mut [Option<iceberg::spec::Schema>; 2]) {
-    for (content, table) in [Content::Envelope, Content::Flattened].into_iter().zip(tables) {
+    for (content, table) in [Content::Envelope, Content::Flattened]
+        .into_iter()
+        .zip(tables)
+    {
         if let Ok(rows) = shape(batch, content) {
             parquet(&rows);
         }
@@ -118,9 +143,13 @@ fn lake(rows: &arrow_array::RecordBatch, table: &mut Option<iceberg::spec::Schem
     let Ok(conformed) = conform(rows, schema.as_struct()) else {
         return;
     };
-    let mut file = OpenFile::new(conformed.schema(), properties(lakesink_config::Codec::Snappy, 3))
-        .expect("a conformed batch opens a file");
-    file.write(&conformed).expect("a conformed batch is writable");
+    let mut file = OpenFile::new(
+        conformed.schema(),
+        properties(lakesink_config::Codec::Snappy, 3),
+    )
+    .expect("a conformed batch opens a file");
+    file.write(&conformed)
+        .expect("a conformed batch is writable");
     let sealed = file.seal().expect("seals");
     let entry = data_file(
         "s3://fuzz/f.parquet".into(),

@@ -30,13 +30,14 @@ pub(crate) fn threads() -> usize {
     *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
-pub(crate) struct ParallelWriter {
+pub struct ParallelWriter {
     writer: SerializedFileWriter<Vec<u8>>,
     factory: ArrowRowGroupWriterFactory,
     schema: SchemaRef,
     max_rows: Option<usize>,
     group: Option<RowGroup>,
     threads: usize,
+    min_values: usize,
 }
 
 /// The row group being encoded.
@@ -49,11 +50,7 @@ impl ParallelWriter {
     /// Takes over `writer` (fresh: nothing written yet, made for `schema`), which has set up
     /// the file's Parquet schema, properties and Arrow metadata; `threads` at most encode a
     /// batch.
-    pub(crate) fn new(
-        writer: ArrowWriter<Vec<u8>>,
-        schema: SchemaRef,
-        threads: usize,
-    ) -> Result<Self> {
+    pub fn new(writer: ArrowWriter<Vec<u8>>, schema: SchemaRef, threads: usize) -> Result<Self> {
         let (writer, factory) = writer.into_serialized_writer()?;
         let props = writer.properties();
         // Only the row limit is implemented below; the others would be ignored silently.
@@ -71,12 +68,20 @@ impl ParallelWriter {
             max_rows,
             group: None,
             threads: threads.max(1),
+            min_values: PARALLEL_VALUES,
         })
+    }
+
+    /// Writes of fewer values than this stay on the calling thread (16 Ki by default); 0
+    /// sends every write to the threads, as the tests and the fuzzer do with small batches.
+    pub fn with_min_values(mut self, values: usize) -> Self {
+        self.min_values = values;
+        self
     }
 
     /// Encodes `batch`, into as many row groups as the row limit makes it (`ArrowWriter`'s
     /// split: the open group is filled first).
-    pub(crate) fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+    pub fn write(&mut self, batch: &RecordBatch) -> Result<()> {
         let mut rest = batch.clone();
         while rest.num_rows() > 0 {
             let group = match &mut self.group {
@@ -93,7 +98,12 @@ impl ParallelWriter {
                 None => rest.num_rows(),
             };
             if take > 0 {
-                group.write(&self.schema, &rest.slice(0, take), self.threads)?;
+                let threads = if take * group.writers.len() >= self.min_values {
+                    self.threads
+                } else {
+                    1
+                };
+                group.write(&self.schema, &rest.slice(0, take), threads)?;
                 rest = rest.slice(take, rest.num_rows() - take);
             }
             if self.max_rows.is_some_and(|max| group.rows >= max) {
@@ -104,11 +114,11 @@ impl ParallelWriter {
     }
 
     /// Closes the open row group, if any.
-    pub(crate) fn flush(&mut self) -> Result<()> {
+    pub fn flush(&mut self) -> Result<()> {
         let Some(group) = self.group.take() else {
             return Ok(());
         };
-        let threads = if group.rows * group.writers.len() >= PARALLEL_VALUES {
+        let threads = if group.rows * group.writers.len() >= self.min_values {
             self.threads
         } else {
             1
@@ -125,14 +135,14 @@ impl ParallelWriter {
     }
 
     /// `ArrowWriter::memory_size`: the open row group's buffered pages and encoders.
-    pub(crate) fn memory_size(&self) -> usize {
+    pub fn memory_size(&self) -> usize {
         self.group.as_ref().map_or(0, |g| {
             g.writers.iter().map(ArrowColumnWriter::memory_size).sum()
         })
     }
 
     /// `ArrowWriter::in_progress_size`: the open row group's estimated encoded size.
-    pub(crate) fn in_progress_size(&self) -> usize {
+    pub fn in_progress_size(&self) -> usize {
         self.group.as_ref().map_or(0, |g| {
             g.writers
                 .iter()
@@ -141,27 +151,27 @@ impl ParallelWriter {
         })
     }
 
-    pub(crate) fn bytes_written(&self) -> usize {
+    pub fn bytes_written(&self) -> usize {
         self.writer.bytes_written()
     }
 
-    pub(crate) fn inner(&self) -> &Vec<u8> {
+    pub fn inner(&self) -> &Vec<u8> {
         self.writer.inner()
     }
 
     /// The bytes written so far; taking them is safe, the writer counts offsets itself.
-    pub(crate) fn inner_mut(&mut self) -> &mut Vec<u8> {
+    pub fn inner_mut(&mut self) -> &mut Vec<u8> {
         self.writer.inner_mut()
     }
 
     /// Closes the last row group and writes the footer.
-    pub(crate) fn finish(&mut self) -> Result<ParquetMetaData> {
+    pub fn finish(&mut self) -> Result<ParquetMetaData> {
         self.flush()?;
         self.writer.finish()
     }
 
     /// Closes the last row group, writes the footer, and returns what was not yet taken.
-    pub(crate) fn into_inner(mut self) -> Result<Vec<u8>> {
+    pub fn into_inner(mut self) -> Result<Vec<u8>> {
         self.flush()?;
         self.writer.into_inner()
     }
@@ -181,11 +191,6 @@ impl RowGroup {
             )));
         }
         self.rows += batch.num_rows();
-        let threads = if batch.num_rows() * leaves.len() >= PARALLEL_VALUES {
-            threads
-        } else {
-            1
-        };
         let jobs: Vec<_> = self.writers.iter_mut().zip(leaves).collect();
         each(jobs, threads, |(writer, leaf)| writer.write(&leaf))
             .into_iter()
@@ -362,7 +367,10 @@ mod tests {
             ArrowWriter::try_new_with_options(Vec::new(), schema.clone(), options.clone()).unwrap();
         let mut reference = Some(reference);
         let w = ArrowWriter::try_new_with_options(Vec::new(), schema.clone(), options).unwrap();
-        let mut w = ParallelWriter::new(w, schema, threads).unwrap();
+        // Every write through the threads, the small ones too.
+        let mut w = ParallelWriter::new(w, schema, threads)
+            .unwrap()
+            .with_min_values(0);
         let mut out = Vec::new();
         for (i, n) in SIZES.into_iter().enumerate() {
             let b = batch(n, i as u64);
