@@ -194,7 +194,8 @@ run() {
   local table; table=$(printf '%s' "$TOPIC" | tr -c 'A-Za-z0-9_' '_')
   local name; name="peer-iceberg-$table-$(date +%s)"
   # lakesink's codec names, in Iceberg's write.parquet.compression-codec.
-  local peer_codec=${CODEC:-snappy}; [ "$peer_codec" = none ] && peer_codec=uncompressed
+  local peer_codec=${CODEC:-snappy}
+  case $peer_codec in snappy|zstd|gzip) ;; none) peer_codec=uncompressed ;; *) die "CODEC is snappy, zstd, gzip or none, not $peer_codec" ;; esac
   fetch
 
   # Catalog: its own database in the replica PostgreSQL; a table left by an earlier run is dropped.

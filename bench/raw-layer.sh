@@ -10,8 +10,8 @@
 #   RUN_RAW=0 bench/raw-layer.sh        the lake sink and the peer only (RUN_LAKE=0: no lake)
 #   BENCH_TOPIC=t BUILD=0 LAKESINK_BIN=path bench/raw-layer.sh   another build, an earlier topic
 #   SHAPE=wide bench/raw-layer.sh       the 32-column table, ~1.2 KB a record (10 columns: ~185 B)
-#   CODEC=zstd bench/raw-layer.sh       every side's Parquet codec (snappy by default; zstd is the
-#                                       codec of the published Confluent S3 sink figures)
+#   CODEC=zstd bench/raw-layer.sh       every side's Parquet codec: snappy (default), zstd (the
+#                                       published Confluent S3 sink figures'), gzip or none
 #   FETCH=default RAW_OPTIONS='memory-budget-bytes = 134217728' bench/raw-layer.sh
 #                                       lakesink's own fetch sizes (not the peer's), a [raw] key
 #   KAFKA_PROPERTIES='"queued.min.messages" = "10000"' bench/raw-layer.sh   more consumer properties
@@ -46,7 +46,8 @@ case $SHAPE in narrow) shape_arg=() ;; wide) shape_arg=(wide) ;; *) die "SHAPE i
 PARTITIONS=${PARTITIONS:-8}
 # One Parquet codec for lakesink's raw layer, its lake table and the peer.
 CODEC=${CODEC:-snappy}
-case $CODEC in snappy|zstd|gzip|lz4|none) ;; *) die "CODEC is snappy, zstd, gzip, lz4 or none, not $CODEC" ;; esac
+# Not lz4: lakesink's is LZ4_RAW, parquet-java's the older Hadoop framing, not one codec.
+case $CODEC in snappy|zstd|gzip|none) ;; *) die "CODEC is snappy, zstd, gzip or none, not $CODEC" ;; esac
 export CODEC
 # lakesink processes in the consumer group (the scaling measurement): each takes its share of
 # the partitions, as separate machines would.
@@ -178,6 +179,9 @@ if [ "$RUN_RAW" = 1 ]; then
   # the raw layer would resume from instead of writing them.
   prefix=bench/lakesink/$TOPIC/$stamp
   if [ -n "${RAW_DIR:-}" ]; then
+    # lakesink reads file://x as /x: the directory made absolute, and fit for a TOML string.
+    RAW_DIR=$(realpath -m "$RAW_DIR")
+    case $RAW_DIR in *'"'* | *'\'*) die "RAW_DIR may not hold a quote or a backslash: $RAW_DIR" ;; esac
     out_dir=$RAW_DIR/$prefix
     mkdir -p "$out_dir" || die "cannot create $out_dir"
     url="file://$out_dir" store=""
@@ -205,7 +209,11 @@ data = [(int(s), k) for s, k in objs if k.endswith(".parquet")]
 print(f"parquet data files   {len(data)} ({sum(s for s, _ in data) / 1048576:.1f} MiB)")
 P
   if [ -n "${RAW_DIR:-}" ]; then
-    [ "${KEEP_OBJECTS:-0}" = 1 ] || { rm -rf "$out_dir"; say "deleted $out_dir (KEEP_OBJECTS=1 keeps it)"; }
+    if [ "${KEEP_OBJECTS:-0}" != 1 ]; then
+      rm -rf "$out_dir"
+      (cd "$RAW_DIR" && rmdir -p --ignore-fail-on-non-empty "$(dirname "$prefix")")
+      say "deleted $out_dir (KEEP_OBJECTS=1 keeps it)"
+    fi
   else
     s3_drop_listed "$work/objects.txt"
   fi

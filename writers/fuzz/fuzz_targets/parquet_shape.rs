@@ -21,6 +21,8 @@ use lakesink_writers::parquet::ParallelWriter;
 use lakesink_writers::parquet::content::{shape, shape_apart, tombstones_alone};
 use libfuzzer_sys::fuzz_target;
 use parquet::arrow::ArrowWriter;
+use parquet::arrow::arrow_writer::ArrowWriterOptions;
+use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
 
 const KEY: &str = r#"{"type":"record","name":"Key","namespace":"fuzz.dbo.t","fields":[
@@ -82,30 +84,43 @@ fn now<F: Future>(f: F) -> F::Output {
     }
 }
 
-/// Through parquet's `ArrowWriter`, and through lakesink's `ParallelWriter` with every write on
-/// three threads and small row groups: the files must be the same bytes.
+/// Through parquet's `ArrowWriter`, and through lakesink's `ParallelWriter` with every write
+/// on three threads, both in two writes (the second into a part-filled row group of 3 rows),
+/// snappy, with the Arrow schema in the footer and without it (the lake's): the files must be
+/// the same bytes.
 fn parquet(rows: &arrow_array::RecordBatch) {
-    let props = || {
-        Some(
-            WriterProperties::builder()
+    let half = rows.num_rows() / 2;
+    let parts = [
+        rows.slice(0, half),
+        rows.slice(half, rows.num_rows() - half),
+    ];
+    for skip_arrow_metadata in [false, true] {
+        let writer = || {
+            let props = WriterProperties::builder()
                 .set_max_row_group_row_count(Some(3))
-                .build(),
-        )
-    };
-    let mut w = ArrowWriter::try_new(Vec::new(), rows.schema(), props()).expect("writer");
-    w.write(rows).expect("a shaped batch is writable");
-    let want = w.into_inner().expect("closes");
-    let w = ArrowWriter::try_new(Vec::new(), rows.schema(), props()).expect("writer");
-    let mut p = ParallelWriter::new(w, rows.schema(), 3)
-        .expect("parallel writer")
-        .with_min_values(0);
-    p.write(rows)
-        .expect("a shaped batch is writable in parallel");
-    let got = p.into_inner().expect("closes in parallel");
-    assert!(
-        got == want,
-        "the parallel writer's file differs from ArrowWriter's"
-    );
+                .set_compression(Compression::SNAPPY)
+                .build();
+            let options = ArrowWriterOptions::new()
+                .with_properties(props)
+                .with_skip_arrow_metadata(skip_arrow_metadata);
+            ArrowWriter::try_new_with_options(Vec::new(), rows.schema(), options).expect("writer")
+        };
+        let mut w = writer();
+        let mut p = ParallelWriter::new(writer(), rows.schema(), 3)
+            .expect("parallel writer")
+            .with_min_values(0);
+        for part in &parts {
+            w.write(part).expect("a shaped batch is writable");
+            p.write(part)
+                .expect("a shaped batch is writable in parallel");
+        }
+        let want = w.into_inner().expect("closes");
+        let got = p.into_inner().expect("closes in parallel");
+        assert!(
+            got == want,
+            "the parallel writer's file differs from ArrowWriter's"
+        );
+    }
 }
 
 fn write(batch: &ChangeBatch, tables: &mut [Option<iceberg::spec::Schema>; 2]) {

@@ -428,22 +428,23 @@ pub(crate) fn plan<'a>(
     let mut index: HashMap<TableName, usize> = HashMap::new();
     // A tombstone has no source block: it goes where its partition's last row went.
     let mut last_table: HashMap<(&str, i32), usize> = HashMap::new();
-    // Topics whose first table was given room for the topic's rows in this apply.
+    // Topics one of whose tables was given room for the topic's rows in this apply.
     let mut roomed: Vec<&str> = Vec::new();
     for (bi, b) in batches.iter().enumerate() {
-        // A topic per table: the table a topic's first batch starts with takes all the topic's
-        // rows in the apply, so its collapser does not grow (moving its entries and rehashing
-        // at each doubling) batch after batch. Any other table of a topic routed from several
-        // grows as it goes, so the rows are reserved once at most.
-        let mut room = 0;
-        if !roomed.contains(&&*b.topic) {
-            roomed.push(&b.topic);
-            room = batches[bi..]
+        // A topic per table: the first table a topic brings into the apply takes room for all
+        // of the topic's rows in it from here on, so its collapser does not grow (moving its
+        // entries and rehashing at each doubling) batch after batch. Any other table of a
+        // topic routed from several grows as it goes, so the rows are reserved once at most.
+        let mut room = if roomed.contains(&&*b.topic) {
+            0
+        } else {
+            batches[bi..]
                 .iter()
                 .filter(|x| x.topic == b.topic)
                 .map(|x| x.rows.num_rows())
-                .sum();
-        }
+                .sum()
+        };
+        let had_room = room > 0;
         let bi = bi as u32;
         // The table of this batch's last row so far, kept in `last_table` when the batch ends.
         let mut last: Option<usize> = None;
@@ -476,19 +477,26 @@ pub(crate) fn plan<'a>(
                 continue; // `m`: a logical decoding message, not a row
             }
             // Which table.
-            let room = if row == 0 { room } else { 0 };
             let ti = if tombstone {
                 match last.or_else(|| last_table.get(&(&*b.topic, b.partition)).copied()) {
                     Some(t) => t,
                     None if !rules.template.uses_source() => {
-                        table_index(rules, &v, row, &mut tables, &mut index, false, room)?
+                        table_index(rules, &v, row, &mut tables, &mut index, false, &mut room)?
                     }
                     None => continue, // its delete came in an earlier call and did the work
                 }
             } else if let Some(t) = fixed_name {
                 t
             } else {
-                let t = table_index(rules, &v, row, &mut tables, &mut index, op == "t", room)?;
+                let t = table_index(
+                    rules,
+                    &v,
+                    row,
+                    &mut tables,
+                    &mut index,
+                    op == "t",
+                    &mut room,
+                )?;
                 if !rules.template.uses_source() {
                     fixed_name = Some(t);
                 }
@@ -632,13 +640,16 @@ pub(crate) fn plan<'a>(
         if let Some(t) = last {
             last_table.insert((&*b.topic, b.partition), t);
         }
+        if had_room && room == 0 {
+            roomed.push(&b.topic);
+        }
     }
     tables.retain(|t| !t.skip);
     Ok(tables)
 }
 
 /// The table of a row, registering new tables with their key columns; a new keyed table's
-/// collapser gets `room` for that many keys.
+/// collapser takes `room` for that many keys (leaving 0).
 fn table_index<'a>(
     rules: &Rules,
     v: &View<'a>,
@@ -646,7 +657,7 @@ fn table_index<'a>(
     tables: &mut Vec<TableWork<'a>>,
     index: &mut HashMap<TableName, usize>,
     truncate: bool,
-    room: usize,
+    room: &mut usize,
 ) -> Result<usize, ReplicaError> {
     let offset = v.offsets[row];
     let src = NameSource {
@@ -706,8 +717,8 @@ fn table_index<'a>(
         tables[i].pk = pk;
         return Ok(i);
     }
-    if !pk.is_empty() && room > 0 {
-        work.collapser.reserve(room);
+    if !pk.is_empty() && *room > 0 {
+        work.collapser.reserve(std::mem::take(room));
     }
     work.pk = pk;
     index.insert(name, tables.len());
