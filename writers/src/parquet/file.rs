@@ -12,7 +12,7 @@ use object_store::{ObjectStore, ObjectStoreExt, WriteMultipart};
 use parquet::arrow::ArrowWriter;
 use parquet::file::properties::WriterProperties;
 
-use super::parallel::{self, ParallelWriter};
+use super::parallel::{ParallelWriter, encode_threads};
 use crate::failpoint;
 
 /// Part uploads in flight per file.
@@ -54,7 +54,7 @@ impl FileWriter {
             writer: ParallelWriter::new(
                 ArrowWriter::try_new(Vec::new(), schema.clone(), Some(props))?,
                 schema.clone(),
-                parallel::threads(),
+                encode_threads(),
             )?,
             key,
             schema,

@@ -36,7 +36,7 @@ pub use joda::JodaPattern;
 pub use key::KeyTemplate;
 pub use marker::Marker;
 pub use parallel::ParallelWriter;
-pub(crate) use parallel::threads as encode_threads;
+pub(crate) use parallel::encode_threads;
 pub use position::{Held, Positions};
 pub use rolling::{RollingPolicy, Rotation, SegmentStats};
 pub use sink::RawSink;

@@ -28,7 +28,7 @@ const WAVE_VALUES: usize = 1024 * 1024;
 
 /// The threads a file's batch is encoded on: the cores this process may use (a container's
 /// CPU quota included), read once.
-pub(crate) fn threads() -> usize {
+pub(crate) fn encode_threads() -> usize {
     static THREADS: OnceLock<usize> = OnceLock::new();
     *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
@@ -113,11 +113,8 @@ impl ParallelWriter {
                 None => rest.num_rows(),
             };
             if take > 0 {
-                let threads = if take * group.writers.len() >= self.min_values {
-                    self.threads
-                } else {
-                    1
-                };
+                let threads =
+                    threads_for(self.threads, self.min_values, take * group.writers.len());
                 group.write(&self.schema, &self.widths, &rest.slice(0, take), threads)?;
                 rest = rest.slice(take, rest.num_rows() - take);
             }
@@ -133,11 +130,11 @@ impl ParallelWriter {
         let Some(group) = self.group.take() else {
             return Ok(());
         };
-        let threads = if group.rows * group.writers.len() >= self.min_values {
-            self.threads
-        } else {
-            1
-        };
+        let threads = threads_for(
+            self.threads,
+            self.min_values,
+            group.rows * group.writers.len(),
+        );
         let chunks: Vec<ArrowColumnChunk> = each(group.writers, threads, ArrowColumnWriter::close)
             .into_iter()
             .collect::<Result<_>>()?;
@@ -192,6 +189,12 @@ impl ParallelWriter {
     }
 }
 
+/// The threads for work on `values` values (rows times leaf columns): `threads`, or the
+/// calling one alone below `min_values`.
+fn threads_for(threads: usize, min_values: usize, values: usize) -> usize {
+    if values >= min_values { threads } else { 1 }
+}
+
 impl RowGroup {
     /// Fields go in waves of at least [`WAVE_VALUES`] values (rows times leaf columns) or one
     /// field: a wave's levels are computed, then its leaves written on the threads. Levels
@@ -243,7 +246,7 @@ impl RowGroup {
 }
 
 /// `f` of every item, in the items' order, on up to `threads` threads (the caller's one of
-/// them), each taking the next item as it finishes one: fields differ in cost by orders of
+/// them), each taking the next item as it finishes one: columns differ in cost by orders of
 /// magnitude, so a fixed split would leave threads idle. Scoped threads rather than a pool
 /// crate: the one call site blocks until its items are done, and no threads idle between
 /// batches.
