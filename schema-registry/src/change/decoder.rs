@@ -16,7 +16,50 @@ use crate::avro::{AvroBatchDecoder, Node, Semantics, WriterSchema};
 use crate::connect_json;
 use crate::framing::{SchemaRef, Side, unframe};
 use crate::non_data::{NonData, Route, Routes, is_signal};
-use crate::registry::{Registration, SchemaResolver};
+use crate::registry::{Registration, RegistryError, ResolvedSchema, SchemaResolver};
+
+/// The registry's answer on where it holds a schema.
+type Registrations = Result<Option<Vec<Registration>>, RegistryError>;
+
+/// What a side needs from the registry (see [`ChangeDecoder::asks`]).
+struct Asks {
+    schema: SchemaRef,
+    resolve: bool,
+    registrations: bool,
+}
+
+/// A side's registry answers, asked for together; None where nothing was asked.
+#[derive(Default)]
+struct Fetched {
+    resolved: Option<Result<Arc<ResolvedSchema>, RegistryError>>,
+    registered: Option<Registrations>,
+}
+
+/// Asks the registry what `asks` lists, both at once.
+async fn fetch<R: SchemaResolver>(resolver: &R, asks: Option<Asks>) -> Fetched {
+    let Some(asks) = asks else {
+        return Fetched::default();
+    };
+    let resolve = async {
+        if asks.resolve {
+            Some(resolver.resolve(&asks.schema).await)
+        } else {
+            None
+        }
+    };
+    let registrations = async {
+        if asks.registrations {
+            Some(resolver.registrations(&asks.schema).await)
+        } else {
+            None
+        }
+    };
+    let (resolved, registered) = tokio::join!(resolve, registrations);
+    Fetched {
+        resolved,
+        registered,
+    }
+}
 
 /// One side of a record: the schema it names and its Avro datum.
 pub(super) struct Split<'a> {
@@ -227,13 +270,21 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
         })
     }
 
-    async fn prepare(&mut self, schema: &SchemaRef) -> Result<Arc<Prepared>, ChangeErrorKind> {
+    /// `schema` prepared; `fetched` is its resolution when it was asked for already.
+    async fn prepare(
+        &mut self,
+        schema: &SchemaRef,
+        fetched: Option<Result<Arc<ResolvedSchema>, RegistryError>>,
+    ) -> Result<Arc<Prepared>, ChangeErrorKind> {
         if let Some(p) = self.prepared.get(schema) {
             self.cache.hits += 1;
             return Ok(p.clone());
         }
         self.cache.misses += 1;
-        let resolved = self.resolver.resolve(schema).await?;
+        let resolved = match fetched {
+            Some(resolved) => resolved?,
+            None => self.resolver.resolve(schema).await?,
+        };
         let p = Prepared::new(
             WriterSchema::parse(&resolved)?,
             self.source_connector.as_deref(),
@@ -244,12 +295,13 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
 
     /// Checks that the registry holds `side`'s schema for `topic` (once per topic, side and
     /// schema), when it can say where it holds it.
+    /// `fetched` is the registry's answer when it was asked for already.
     async fn check_belongs(
         &mut self,
         topic: &str,
         side: Side,
-        split: &Split<'_>,
-        prepared: &Prepared,
+        (split, prepared): (&Split<'_>, &Prepared),
+        fetched: Option<Registrations>,
     ) -> Result<(), ChangeErrorKind> {
         if self.belongs_settled(topic, side, split, prepared) {
             return Ok(());
@@ -260,7 +312,11 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
         let seen = (self.topic(topic), side, split.schema.clone());
         let name = prepared.name.as_deref();
         let fits = |r: &Registration| belongs_to(&seen.0, side, name, r);
-        if let Some(registered) = self.resolver.registrations(&split.schema).await?
+        let registered = match fetched {
+            Some(registered) => registered?,
+            None => self.resolver.registrations(&split.schema).await?,
+        };
+        if let Some(registered) = registered
             && !registered.iter().any(fits)
         {
             // The same number as the other kind of id: the likely fix, when it fits.
@@ -341,9 +397,9 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
 
         // Both sides' schemas, each checked against the topic, before the value's kind
         // decides anything: a wrong id must stop the topic, not have its rows skipped.
-        let (key_prepared, value_prepared) = self
-            .prepare_sides(record, key.as_ref(), value.as_ref())
-            .await?;
+        // Boxed: its lookups' futures are kilobytes, and only a new schema needs them.
+        let (key_prepared, value_prepared) =
+            Box::pin(self.prepare_sides(record, key.as_ref(), value.as_ref())).await?;
         self.push_prepared(record, (key, key_prepared), (value, value_prepared))
     }
 
@@ -460,8 +516,23 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
         key: Option<&Split<'_>>,
         value: Option<&Split<'_>>,
     ) -> Result<(Option<Arc<Prepared>>, Option<Arc<Prepared>>), ChangeError> {
-        let value_prepared = self.prepare_side(record, Side::Value, value).await?;
-        let key_prepared = self.prepare_side(record, Side::Key, key).await?;
+        // A side's schema and where the registry holds it are independent lookups, and so
+        // are the two sides': all are asked at once, one round trip instead of up to six
+        // (a topic's first record waits for them, and so does every record after it).
+        let value_asks = value.map(|v| self.asks(record.topic, Side::Value, v));
+        let key_asks = key.map(|k| self.asks(record.topic, Side::Key, k));
+        let (value_fetched, key_fetched) = tokio::join!(
+            fetch(&self.resolver, value_asks),
+            fetch(&self.resolver, key_asks)
+        );
+        // Errors in the order of the lookups one by one: the value's schema, its topic
+        // check, the key's schema, its check.
+        let value_prepared = self
+            .prepare_side(record, Side::Value, value, value_fetched)
+            .await?;
+        let key_prepared = self
+            .prepare_side(record, Side::Key, key, key_fetched)
+            .await?;
         if let (Some(k), Some(kp), Some(v), Some(vp)) = (key, &key_prepared, value, &value_prepared)
         {
             check_key_fits_value(k, kp, v, vp).map_err(ChangeError::at(record, Side::Value))?;
@@ -475,18 +546,38 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
         record: KafkaRecord<'_>,
         side: Side,
         split: Option<&Split<'_>>,
+        fetched: Fetched,
     ) -> Result<Option<Arc<Prepared>>, ChangeError> {
         let Some(split) = split else {
             return Ok(None);
         };
         let p = self
-            .prepare(&split.schema)
+            .prepare(&split.schema, fetched.resolved)
             .await
             .map_err(ChangeError::at(record, side))?;
-        self.check_belongs(record.topic, side, split, &p)
+        self.check_belongs(record.topic, side, (split, &p), fetched.registered)
             .await
             .map_err(ChangeError::at(record, side))?;
         Ok(Some(p))
+    }
+
+    /// What the registry must be asked for a side before it can be decoded: its schema,
+    /// unless prepared, and where the registry holds it, unless the topic check is settled.
+    fn asks(&mut self, topic: &str, side: Side, split: &Split<'_>) -> Asks {
+        let checked = matches!(split.schema, SchemaRef::Id { .. })
+            && matches!(
+                self.format,
+                Format::Avro {
+                    check_artifacts: true,
+                    ..
+                }
+            );
+        let seen = (self.topic(topic), side, split.schema.clone());
+        Asks {
+            resolve: !self.prepared.contains_key(&split.schema),
+            registrations: checked && !self.belongs.contains(&seen),
+            schema: seen.2,
+        }
     }
 
     /// A new batch starting at `record`, with decoders for its key and value schemas.

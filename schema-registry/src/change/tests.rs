@@ -766,3 +766,78 @@ async fn the_sync_path_takes_only_schemas_known_to_belong_to_the_records_topic()
     assert_eq!(batches[0].rows.num_rows(), 2);
     assert_eq!(ops(&batches[0]), ["c", "c"]);
 }
+
+/// A resolver that takes a moment per lookup and records how many were in flight at once.
+struct Counting {
+    inner: FixedResolver,
+    stats: std::sync::Arc<LookupStats>,
+}
+
+#[derive(Default)]
+struct LookupStats {
+    in_flight: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+impl Counting {
+    async fn around<T>(&self, lookup: impl Future<Output = T>) -> T {
+        use std::sync::atomic::Ordering::SeqCst;
+        let stats = &self.stats;
+        stats.calls.fetch_add(1, SeqCst);
+        let now = stats.in_flight.fetch_add(1, SeqCst) + 1;
+        stats.most.fetch_max(now, SeqCst);
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        stats.in_flight.fetch_sub(1, SeqCst);
+        lookup.await
+    }
+}
+
+impl crate::registry::SchemaResolver for Counting {
+    async fn resolve(
+        &self,
+        schema: &SchemaRef,
+    ) -> Result<std::sync::Arc<crate::registry::ResolvedSchema>, crate::registry::RegistryError>
+    {
+        self.around(self.inner.resolve(schema)).await
+    }
+
+    async fn registrations(
+        &self,
+        schema: &SchemaRef,
+    ) -> Result<Option<Vec<Registration>>, crate::registry::RegistryError> {
+        self.around(self.inner.registrations(schema)).await
+    }
+}
+
+#[tokio::test]
+async fn a_new_schemas_lookups_are_asked_at_once_and_only_once() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let stats = std::sync::Arc::new(LookupStats::default());
+    let counting = Counting {
+        inner: wrong_space(),
+        stats: stats.clone(),
+    };
+    let mut dec = ChangeDecoder::new(counting, AVRO, 100);
+    for offset in 0..3 {
+        let (k, v) = (key(offset), envelope(None, Some((offset, "a")), "c"));
+        let pushed = dec
+            .push(KafkaRecord {
+                topic: "t.public.x",
+                partition: 3,
+                offset,
+                timestamp: None,
+                key: Some(&k),
+                value: Some(&v),
+                headers: &|_: &str| None,
+            })
+            .await
+            .unwrap();
+        assert_eq!(pushed.non_data, None);
+    }
+    assert_eq!(dec.finish_all().unwrap()[0].rows.num_rows(), 3);
+    // Both sides' schemas and both topic checks: four lookups, all in flight together, at
+    // the first record; none after it.
+    assert_eq!(stats.calls.load(SeqCst), 4);
+    assert_eq!(stats.most.load(SeqCst), 4);
+}

@@ -54,16 +54,19 @@ struct TokenResponse {
 }
 
 impl TokenCache {
-    /// Adds credentials to a request, fetching a token first when one is needed.
+    /// Adds credentials to a request, fetching a token first when one is needed; with the
+    /// bearer token it carries, if any, for [`invalidate`](Self::invalidate).
     pub(super) async fn apply(
         &self,
         auth: &Auth,
         http: &reqwest::Client,
         req: reqwest::RequestBuilder,
-    ) -> Result<reqwest::RequestBuilder, RegistryError> {
+    ) -> Result<(reqwest::RequestBuilder, Option<String>), RegistryError> {
         match auth {
-            Auth::None => Ok(req),
-            Auth::Basic { username, password } => Ok(req.basic_auth(username, Some(password))),
+            Auth::None => Ok((req, None)),
+            Auth::Basic { username, password } => {
+                Ok((req.basic_auth(username, Some(password)), None))
+            }
             Auth::ClientCredentials {
                 token_url,
                 client_id,
@@ -74,7 +77,7 @@ impl TokenCache {
                 if let Some((token, until)) = slot.as_ref()
                     && Instant::now() < *until
                 {
-                    return Ok(req.bearer_auth(token));
+                    return Ok((req.bearer_auth(token), Some(token.clone())));
                 }
                 let mut form = vec![
                     ("grant_type", "client_credentials"),
@@ -113,14 +116,19 @@ impl TokenCache {
                 let lifetime =
                     Duration::from_secs(body.expires_in.unwrap_or(60).saturating_sub(10));
                 let req = req.bearer_auth(&body.access_token);
+                let token = body.access_token.clone();
                 *slot = Some((body.access_token, Instant::now() + lifetime));
-                Ok(req)
+                Ok((req, Some(token)))
             }
         }
     }
 
-    /// Forgets the token, after the registry refused it.
-    pub(super) async fn invalidate(&self) {
-        *self.token.lock().await = None;
+    /// Forgets `refused`, after the registry refused it. A token fetched since by a
+    /// concurrent request is kept: each refusal must not fetch yet another one.
+    pub(super) async fn invalidate(&self, refused: &str) {
+        let mut slot = self.token.lock().await;
+        if slot.as_ref().is_some_and(|(token, _)| token == refused) {
+            *slot = None;
+        }
     }
 }

@@ -237,7 +237,7 @@ impl HttpRegistry {
         let mut waits = self.backoff.delays();
         let mut refreshed = false;
         loop {
-            let req = self
+            let (req, token) = self
                 .tokens
                 .apply(&self.auth, &self.http, self.http.get(url.clone()))
                 .await?;
@@ -256,11 +256,11 @@ impl HttpRegistry {
                                 what: what.to_owned(),
                             });
                         }
-                        401 if matches!(self.auth, Auth::ClientCredentials { .. })
-                            && !refreshed =>
-                        {
+                        401 if token.is_some() && !refreshed => {
                             refreshed = true;
-                            self.tokens.invalidate().await;
+                            if let Some(token) = &token {
+                                self.tokens.invalidate(token).await;
+                            }
                             continue;
                         }
                         401 | 403 => {
@@ -361,9 +361,15 @@ impl HttpRegistry {
                 )));
             }
         };
-        let text = self.get(content, &what).await?;
-        let references: Vec<Reference> = self.get_json(refs, &what).await?;
-        Ok(Node { text, references })
+        // Independent requests: one round trip, not two.
+        let (text, references) = tokio::join!(
+            self.get(content, &what),
+            self.get_json::<Vec<Reference>>(refs, &what)
+        );
+        Ok(Node {
+            text: text?,
+            references: references?,
+        })
     }
 
     fn reference_loc(&self, r: &Reference) -> Result<Loc, RegistryError> {

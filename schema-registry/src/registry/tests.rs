@@ -84,7 +84,9 @@ async fn a_refused_token_is_replaced_once() {
     let registry = HttpRegistry::new(config).unwrap();
     let schema = registry.resolve(&ID).await.unwrap();
     assert_eq!(schema.text, r#"{"type":"string"}"#);
-    // t1 refused, t2 fetched and then reused for the references request.
+    // The schema and references requests, asked at once, are both refused t1: one new token
+    // (t2) serves both. Were each refusal to drop whatever token is held, a third would be
+    // fetched, which this registry refuses.
     assert_eq!(tokens.load(Ordering::SeqCst), 2);
 }
 
@@ -154,10 +156,11 @@ async fn basic_auth_is_sent_and_5xx_is_retried() {
 
 #[tokio::test]
 async fn persistent_5xx_is_unavailable_after_the_attempts() {
-    let calls = Arc::new(AtomicUsize::new(0));
+    // The schema and its references are asked at once: each request gets its attempts.
+    let calls = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
     let seen = calls.clone();
-    let base = serve(move |_| {
-        seen.fetch_add(1, Ordering::SeqCst);
+    let base = serve(move |req| {
+        seen[usize::from(req.contains("/references "))].fetch_add(1, Ordering::SeqCst);
         (500, String::new())
     })
     .await;
@@ -169,5 +172,6 @@ async fn persistent_5xx_is_unavailable_after_the_attempts() {
         .await
         .unwrap_err();
     assert!(err.retryable(), "{err}");
-    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    assert_eq!(calls[0].load(Ordering::SeqCst), 3, "schema requests");
+    assert_eq!(calls[1].load(Ordering::SeqCst), 3, "references requests");
 }
