@@ -294,8 +294,8 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
     }
 
     /// Checks that the registry holds `side`'s schema for `topic` (once per topic, side and
-    /// schema), when it can say where it holds it.
-    /// `fetched` is the registry's answer when it was asked for already.
+    /// schema), when it can say where it holds it; `fetched` is the registry's answer when it
+    /// was asked for already.
     async fn check_belongs(
         &mut self,
         topic: &str,
