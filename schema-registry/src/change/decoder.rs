@@ -347,6 +347,19 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
         Ok(())
     }
 
+    /// Whether the registry is asked where `split`'s schema is registered: for ids in Avro
+    /// topics, unless `registry.check-artifacts` is off.
+    fn checks_topic(&self, split: &Split<'_>) -> bool {
+        matches!(split.schema, SchemaRef::Id { .. })
+            && matches!(
+                self.format,
+                Format::Avro {
+                    check_artifacts: true,
+                    ..
+                }
+            )
+    }
+
     /// Whether `side`'s schema needs no registry lookup to belong to `topic`: no check applies
     /// (coordinates name their artifact themselves, inline schemas have none; the check can
     /// be off), or it passed before.
@@ -357,15 +370,7 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
         split: &Split<'_>,
         prepared: &Prepared,
     ) -> bool {
-        let checked = matches!(split.schema, SchemaRef::Id { .. })
-            && matches!(
-                self.format,
-                Format::Avro {
-                    check_artifacts: true,
-                    ..
-                }
-            );
-        if !checked {
+        if !self.checks_topic(split) {
             return true;
         }
         if let Some((t, s)) = prepared.belongs.get()
@@ -564,14 +569,7 @@ impl<R: SchemaResolver> ChangeDecoder<R> {
     /// What the registry must be asked for a side before it can be decoded: its schema,
     /// unless prepared, and where the registry holds it, unless the topic check is settled.
     fn asks(&mut self, topic: &str, side: Side, split: &Split<'_>) -> Asks {
-        let checked = matches!(split.schema, SchemaRef::Id { .. })
-            && matches!(
-                self.format,
-                Format::Avro {
-                    check_artifacts: true,
-                    ..
-                }
-            );
+        let checked = self.checks_topic(split);
         let seen = (self.topic(topic), side, split.schema.clone());
         Asks {
             resolve: !self.prepared.contains_key(&split.schema),
