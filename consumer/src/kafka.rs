@@ -1,5 +1,7 @@
 //! The Kafka side: the consumer group, rebalance notifications and decoding a message.
 
+mod first_start;
+
 use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
@@ -21,6 +23,7 @@ use tracing::{debug, error, info, warn};
 use crate::kafka_auth::{self, KafkaAuth};
 use crate::telemetry::Telemetry;
 use crate::telemetry::metrics::NonDataLabels;
+use first_start::FirstStarts;
 use lakesink_writers::sink::TopicPartition;
 
 /// Partitions taken away by the group, collected during `recv` and handled by the loop
@@ -41,6 +44,7 @@ pub(crate) struct GroupContext {
     revoked: Revoked,
     telemetry: Option<Arc<Telemetry>>,
     auth: KafkaAuth,
+    first_starts: FirstStarts,
 }
 
 impl GroupContext {
@@ -51,6 +55,8 @@ impl GroupContext {
             revoked: Revoked::default(),
             telemetry: None,
             auth: KafkaAuth::new(config)?,
+            // Assigned by hand, never by the group: no rebalance to start early in.
+            first_starts: FirstStarts::new(None),
         })
     }
 }
@@ -202,7 +208,7 @@ fn partitions(list: &rdkafka::TopicPartitionList) -> Vec<TopicPartition> {
 }
 
 impl ConsumerContext for GroupContext {
-    fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
             Rebalance::Revoke(list) => {
                 let parts = partitions(list);
@@ -215,6 +221,8 @@ impl ConsumerContext for GroupContext {
                 }
             }
             Rebalance::Assign(list) => {
+                // The list is the one librdkafka assigns after this returns.
+                self.first_starts.resolve(consumer, list);
                 let parts = partitions(list);
                 info!(parts = ?shown(&parts), "partitions assigned");
                 if let Some(t) = &self.telemetry {
@@ -264,6 +272,7 @@ pub(crate) fn subscribe(
             revoked: revoked.clone(),
             telemetry,
             auth: KafkaAuth::new(config)?,
+            first_starts: FirstStarts::new(cc.get("auto.offset.reset")),
         })
         .map_err(failure)
         .context("creating the Kafka consumer")?;

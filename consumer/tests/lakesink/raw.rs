@@ -134,6 +134,78 @@ async fn a_committed_offset_moved_past_the_raw_layer_is_read_again_not_skipped()
     );
 }
 
+/// A new group reads each partition from its log start, which retention may have moved past
+/// 0 (here DeleteRecords), and says so; a group with commits resumes at them, not there.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_group_reads_from_the_log_start_and_a_known_one_from_its_commits() {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+    const SAID: &str = "no committed offset: reading from the log start";
+    let stack = Stack::from_env();
+    let topic = unique("raw-log-start");
+    let partitions = 2;
+    let table = std::sync::Arc::new(Table::create(&stack, &topic, partitions).await);
+    crate::common::produce_range(&stack, &table, partitions, 0..1_000).await;
+    // Partition 0's first 100 records deleted, as retention would.
+    let admin: AdminClient<_> = ClientConfig::new()
+        .set("bootstrap.servers", &stack.kafka_brokers)
+        .create()
+        .expect("admin client");
+    let mut head = TopicPartitionList::new();
+    head.add_partition_offset(&topic, 0, Offset::Offset(100))
+        .expect("offset");
+    let deleted = admin
+        .delete_records(&head, &AdminOptions::new())
+        .await
+        .expect("delete records");
+    assert_eq!(deleted.elements()[0].offset(), Offset::Offset(100));
+    let kept = |rows: Vec<(i32, i64)>| -> Vec<(i32, i64)> {
+        rows.into_iter()
+            .filter(|&(p, o)| p != 0 || o >= 100)
+            .collect()
+    };
+    let run = Run::new(
+        stack.clone(),
+        &topic,
+        partitions,
+        "flush-size = 300\nrotate-interval-ms = 1000",
+    );
+    let (want, end) = expected(partitions, 1_000);
+    run.run_to_end(&end);
+    let (got, _) = run.rows().await;
+    assert_exactly_once(&got, &kept(want));
+    let said = |log: &str| log.lines().filter(|l| l.contains(SAID)).count();
+    let log =
+        std::fs::read_to_string(run.config.with_file_name("lakesink.log")).unwrap_or_default();
+    assert_eq!(
+        said(&log),
+        1,
+        "the reset is logged once; log:\n{}",
+        run.log_tail()
+    );
+    let line = log.lines().find(|l| l.contains(SAID)).unwrap_or_default();
+    for p in 0..partitions {
+        assert!(
+            line.contains(&format!("{topic}[{p}]")),
+            "partition {p} named: {line}"
+        );
+    }
+    // Again, in the same group, which has committed offsets now.
+    crate::common::produce_range(&stack, &table, partitions, 1_000..2_000).await;
+    let (want, end) = expected(partitions, 2_000);
+    run.run_to_end(&end);
+    let (got, _) = run.rows().await;
+    assert_exactly_once(&got, &kept(want));
+    let log =
+        std::fs::read_to_string(run.config.with_file_name("lakesink.log")).unwrap_or_default();
+    assert_eq!(
+        said(&log),
+        1,
+        "the second run resumed from its commits; log:\n{}",
+        run.log_tail()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_killed_static_member_takes_its_partitions_back_at_once() {
     let stack = Stack::from_env();
