@@ -192,9 +192,14 @@ url = "s3://{bucket}/{prefix}"
         self.config.with_file_name("lakesink.log")
     }
 
+    /// Every run's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
     /// The end of the runs' log, for failure messages.
     pub fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        let text = self.log();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(40)..].join("\n")
     }

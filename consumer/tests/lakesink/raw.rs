@@ -125,8 +125,7 @@ async fn a_committed_offset_moved_past_the_raw_layer_is_read_again_not_skipped()
     run.run_to_end(&end);
     let (got, _) = run.rows().await;
     assert_exactly_once(&got, &want);
-    let log =
-        std::fs::read_to_string(run.config.with_file_name("lakesink.log")).unwrap_or_default();
+    let log = run.log();
     assert!(
         log.contains("past everything the raw layer holds"),
         "the move is reported; log:\n{}",
@@ -175,8 +174,7 @@ async fn a_new_group_reads_from_the_log_start_and_a_known_one_from_its_commits()
     let (got, _) = run.rows().await;
     assert_exactly_once(&got, &kept(want));
     let said = |log: &str| log.lines().filter(|l| l.contains(SAID)).count();
-    let log =
-        std::fs::read_to_string(run.config.with_file_name("lakesink.log")).unwrap_or_default();
+    let log = run.log();
     assert_eq!(
         said(&log),
         1,
@@ -196,8 +194,7 @@ async fn a_new_group_reads_from_the_log_start_and_a_known_one_from_its_commits()
     run.run_to_end(&end);
     let (got, _) = run.rows().await;
     assert_exactly_once(&got, &kept(want));
-    let log =
-        std::fs::read_to_string(run.config.with_file_name("lakesink.log")).unwrap_or_default();
+    let log = run.log();
     assert_eq!(
         said(&log),
         1,
