@@ -435,6 +435,40 @@ fn staged(r: &Row<'_>, done: &[bool]) -> bool {
     r.grp == 0 || !done[r.grp - 1]
 }
 
+/// `rows` ordered by their keys, for the staging table. It is scanned in the order it was
+/// written, and the delete and the upsert look each of its keys up in the table's key index:
+/// in key order, neighbouring lookups share index and heap pages, where the order of arrival
+/// (random keys, for updates) sends each to pages of its own. Each key is staged once, so the
+/// order changes nothing else. A keyless table's rows (empty keys) keep their order.
+fn by_key<'r, 'k>(rows: impl Iterator<Item = &'r Row<'k>>) -> Vec<&'r Row<'k>> {
+    let mut rows: Vec<&Row<'k>> = rows.collect();
+    rows.sort_by(|a, b| key_order(a.key, b.key));
+    rows
+}
+
+/// Encoded keys (binary COPY fields: a length, then the bytes) compared field by field, each
+/// by its bytes: big-endian integers ascend (negatives after positives) and text sorts as in
+/// the "C" collation, close enough to PostgreSQL's own order to keep neighbours together.
+fn key_order(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+    fn field(key: &[u8]) -> Option<(&[u8], &[u8])> {
+        let len = i32::from_be_bytes(key.get(..4)?.try_into().ok()?);
+        let rest = &key[4..];
+        // A NULL (-1) has no bytes.
+        let len = usize::try_from(len).unwrap_or(0).min(rest.len());
+        Some(rest.split_at(len))
+    }
+    let (mut a, mut b) = (a, b);
+    loop {
+        match (field(a), field(b)) {
+            (Some((fa, ra)), Some((fb, rb))) => match fa.cmp(fb) {
+                std::cmp::Ordering::Equal => (a, b) = (ra, rb),
+                unequal => return unequal,
+            },
+            _ => return a.cmp(b),
+        }
+    }
+}
+
 /// The staging table's column for the old key's `k`-th column.
 fn old_col(k: usize) -> String {
     format!("o{k}")
@@ -737,8 +771,8 @@ impl Apply<'_, '_> {
             + guard
             + if moves { work.pk.len() } else { 0 };
         let sql = format!("COPY {stage} FROM STDIN (FORMAT binary)");
-        let rows = self.rows.iter().filter(|r| staged(r, done));
-        copy_rows(conn, &sql, rows, |buf, row| {
+        let rows = by_key(self.rows.iter().filter(|r| staged(r, done)));
+        copy_rows(conn, &sql, rows.into_iter(), |buf, row| {
             buf.row(nfields);
             let grp = i32::try_from(row.grp).unwrap_or(i32::MAX);
             buf.buf.extend_from_slice(&4i32.to_be_bytes());
@@ -1167,5 +1201,60 @@ async fn plain_insert(conn: &mut PgConnection, insert: &str) -> Result<bool, sql
             Ok(false)
         }
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(key: &[u8], grp: usize) -> Row<'_> {
+        Row {
+            key,
+            net: None,
+            base: None,
+            grp,
+            mark: None,
+        }
+    }
+
+    /// A binary COPY field of a bigint.
+    fn bigint(v: i64) -> Vec<u8> {
+        let mut f = 8i32.to_be_bytes().to_vec();
+        f.extend_from_slice(&v.to_be_bytes());
+        f
+    }
+
+    #[test]
+    fn staged_rows_go_in_key_order_and_keyless_rows_in_theirs() {
+        let keys: Vec<Vec<u8>> = [907, 3, -5, 40, 12, -1].map(bigint).to_vec();
+        let rows: Vec<Row<'_>> = keys.iter().enumerate().map(|(i, k)| row(k, i)).collect();
+        let order: Vec<usize> = by_key(rows.iter()).iter().map(|r| r.grp).collect();
+        // Ascending, negatives (ascending) after positives: neighbours together.
+        assert_eq!(order, [1, 4, 3, 0, 2, 5]);
+
+        // Text by its bytes, whatever its length; then the next field.
+        let text = |parts: &[&str]| -> Vec<u8> {
+            let mut k = Vec::new();
+            for p in parts {
+                k.extend_from_slice(&(p.len() as i32).to_be_bytes());
+                k.extend_from_slice(p.as_bytes());
+            }
+            k
+        };
+        let keys = [
+            text(&["user_99", "b"]),
+            text(&["user_123", "a"]),
+            text(&["user_99", "a"]),
+            text(&["user_1", "z"]),
+            text(&["", "q"]),
+        ];
+        let rows: Vec<Row<'_>> = keys.iter().enumerate().map(|(i, k)| row(k, i)).collect();
+        let order: Vec<usize> = by_key(rows.iter()).iter().map(|r| r.grp).collect();
+        assert_eq!(order, [4, 3, 1, 2, 0]);
+
+        let keyless: Vec<Row<'_>> = (0..5).map(|i| row(&[], i)).collect();
+        let order: Vec<usize> = by_key(keyless.iter()).iter().map(|r| r.grp).collect();
+        assert_eq!(order, [0, 1, 2, 3, 4]);
     }
 }
