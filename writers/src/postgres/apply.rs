@@ -119,20 +119,22 @@ fn rounded<'e>(
     out
 }
 
-/// Field `k` of an encoded key (binary COPY fields: a length, then the bytes), as text.
+/// Field `k` of an encoded key, as text.
 fn key_field(key: &[u8], k: usize) -> Option<&str> {
     let mut rest = key;
-    for i in 0.. {
-        let len = i32::from_be_bytes(rest.get(..4)?.try_into().ok()?);
-        rest = &rest[4..];
-        let len = usize::try_from(len).unwrap_or(0);
-        let field = rest.get(..len)?;
-        if i == k {
-            return std::str::from_utf8(field).ok();
-        }
-        rest = &rest[len..];
+    for _ in 0..k {
+        rest = split_field(rest)?.1;
     }
-    None
+    std::str::from_utf8(split_field(rest)?.0).ok()
+}
+
+/// The first field of an encoded key (binary COPY fields: a length, then the bytes) and what
+/// follows it. A NULL (-1) has no bytes.
+fn split_field(key: &[u8]) -> Option<(&[u8], &[u8])> {
+    let len = i32::from_be_bytes(key.get(..4)?.try_into().ok()?);
+    let rest = &key[4..];
+    let len = usize::try_from(len).unwrap_or(0);
+    (len <= rest.len()).then(|| rest.split_at(len))
 }
 
 fn row_at(batches: &[ChangeBatch], work: &TableWork<'_>, r: RowRef) -> At {
@@ -450,16 +452,9 @@ fn by_key<'r, 'k>(rows: impl Iterator<Item = &'r Row<'k>>) -> Vec<&'r Row<'k>> {
 /// by its bytes: big-endian integers ascend (negatives after positives) and text sorts as in
 /// the "C" collation, close enough to PostgreSQL's own order to keep neighbours together.
 fn key_order(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
-    fn field(key: &[u8]) -> Option<(&[u8], &[u8])> {
-        let len = i32::from_be_bytes(key.get(..4)?.try_into().ok()?);
-        let rest = &key[4..];
-        // A NULL (-1) has no bytes.
-        let len = usize::try_from(len).unwrap_or(0).min(rest.len());
-        Some(rest.split_at(len))
-    }
     let (mut a, mut b) = (a, b);
     loop {
-        match (field(a), field(b)) {
+        match (split_field(a), split_field(b)) {
             (Some((fa, ra)), Some((fb, rb))) => match fa.cmp(fb) {
                 std::cmp::Ordering::Equal => (a, b) = (ra, rb),
                 unequal => return unequal,
