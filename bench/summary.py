@@ -7,7 +7,10 @@ bench/raw-layer.sh keeps them) or a replica run's (results.tsv, as bench/replica
 it). Runs of one side on one workload are gathered into one row: the median of records/s with
 its range, MB/s (when the topic's produced bytes are kept in $CACHE/bench/topics), CPU seconds
 per million records, peak RSS, and lakesink's ratio to the best single run of the peer on that
-workload (the fastest setting's fastest run, not its typical one).
+workload (the fastest setting's fastest run, not its typical one). Below the table, each
+lakesink side's ratio per run: its run against the fastest peer setting of the same run, so
+that a host that drifts between runs (these machines' speed moves by the hour) does not pair
+a slow lakesink run with a fast peer run or the other way round.
 """
 
 import os
@@ -66,15 +69,13 @@ def is_peer(side):
 
 def main(dirs):
     runs = []
-    for d in dirs:
-        if os.path.exists(os.path.join(d, "results.tsv")):
-            runs.extend(replica_runs(d))
-        else:
-            runs.extend(raw_runs(d))
+    for i, d in enumerate(dirs):
+        found = replica_runs(d) if os.path.exists(os.path.join(d, "results.tsv")) else raw_runs(d)
+        runs.extend((i, *r) for r in found)
     if not runs:
         sys.exit("no figures in " + " ".join(dirs))
     groups = {}
-    for bench, workload, side, *figures in runs:
+    for _, bench, workload, side, *figures in runs:
         groups.setdefault((bench, workload, side), []).append(figures)
     best_peer = {}
     for (bench, workload, side), rs in groups.items():
@@ -106,9 +107,28 @@ def main(dirs):
         print(f"{bench:10} {workload:10} {side:24} {len(rs):>4} {span:>28} "
               f"{(f'{statistics.median(mbs):.1f}' if mbs else '-'):>6} "
               f"{statistics.median(r[3] for r in rs):7.1f} {statistics.median(r[4] for r in rs):6.0f} MiB  {ratio}")
+    for line in paired(runs):
+        print(line)
     print("records/s: records over wall seconds, each side from its start to its consumer group's lag 0;"
           " MB/s: keys and values as produced; CPU s/M: the process's (or the whole Connect worker's)"
           " CPU seconds per million records; peak RSS: VmHWM; medians over the runs.")
+
+
+def paired(runs):
+    """Per lakesink side, its ratio in each run to the fastest peer setting of that run."""
+    best, ours = {}, {}
+    for run, bench, workload, side, _recs, rate, *_ in runs:
+        key = (bench, workload)
+        if is_peer(side):
+            best[(run, key)] = max(best.get((run, key), 0), rate)
+        else:
+            ours.setdefault((key, side), []).append((run, rate))
+    for (key, side), rs in sorted(ours.items()):
+        ratios = [rate / best[(run, key)] for run, rate in rs if best.get((run, key))]
+        if ratios:
+            each = ", ".join(f"{r:.1f}x" for r in ratios)
+            yield (f"{key[0]}, {key[1]}, {side}: {each} the same run's fastest peer setting"
+                   f" (median {statistics.median(ratios):.1f}x)")
 
 
 if __name__ == "__main__":

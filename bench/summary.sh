@@ -3,7 +3,8 @@
 # Kafka Connect sink) and the replica bench (lakesink and the Debezium JDBC sink at each
 # batch.size of the sweep, with its reduction buffer), RUNS times each on the same topics,
 # then one table of all of them (bench/summary.py): records/s (median and range), MB/s, CPU
-# seconds per million records, peak RSS, and lakesink's ratio to the best peer run.
+# seconds per million records, peak RSS, and lakesink's ratio to the best peer run; under it,
+# lakesink's ratio in each run to the fastest peer setting of the same run.
 #
 #   bench/summary.sh                      RUNS=3; each bench's own settings (RECORDS, ...) apply
 #   RAW=0 bench/summary.sh                the replica bench only (REPLICA=0: the raw layer only)
