@@ -124,11 +124,13 @@ def paired(runs):
         else:
             ours.setdefault((key, side), []).append((run, rate))
     for (key, side), rs in sorted(ours.items()):
-        ratios = [rate / best[(run, key)] for run, rate in rs if best.get((run, key))]
-        if ratios:
-            each = ", ".join(f"{r:.1f}x" for r in ratios)
+        # A run without the peer (RUN_PEER=0, JDBC=0) shows as "-", so none goes missing.
+        ratios = [rate / best[(run, key)] if best.get((run, key)) else None for run, rate in rs]
+        known = [r for r in ratios if r is not None]
+        if known:
+            each = ", ".join("-" if r is None else f"{r:.1f}x" for r in ratios)
             yield (f"{key[0]}, {key[1]}, {side}: {each} the same run's fastest peer setting"
-                   f" (median {statistics.median(ratios):.1f}x)")
+                   f" (median {statistics.median(known):.1f}x)")
 
 
 if __name__ == "__main__":
